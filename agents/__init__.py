@@ -1,0 +1,1 @@
+"""Learning algorithms as pure functions: SAC-N/EDAC core, MOPO, RAVL, NEUBAY, BC."""

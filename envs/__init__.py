@@ -1,0 +1,1 @@
+"""Tasks (MuJoCo ids, termination functions, reference scores), data collection and robot adapters."""

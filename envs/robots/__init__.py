@@ -1,0 +1,1 @@
+"""Robot adapters, the policy runner, the safety layer and the deploy loop."""

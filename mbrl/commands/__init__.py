@@ -1,0 +1,1 @@
+"""Implementations of the `mbrl` subcommands, one module per command group."""

@@ -1,0 +1,1 @@
+"""Benchmark figures, one module per topic. See scripts/bench.py."""

@@ -1,0 +1,17 @@
+"""Shared test set-up: keep every test's files and datasets inside pytest's temporary folders."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+# Make sure no test ever reads or writes the user's real dataset folders.
+os.environ.setdefault("JAX_PLATFORMS", "cpu")
+
+
+@pytest.fixture(autouse=True)
+def _isolated_data_dirs(tmp_path_factory, monkeypatch):
+    root = tmp_path_factory.getbasetemp()
+    monkeypatch.setenv("MBRL_DATA_DIR", str(root / "mbrl-datasets"))
+    monkeypatch.setenv("MINARI_DATASETS_PATH", str(root / "mbrl-datasets"))

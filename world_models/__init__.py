@@ -1,0 +1,1 @@
+"""Dynamics models: probabilistic ensembles, fitting, uncertainty measures and compiled rollouts."""
