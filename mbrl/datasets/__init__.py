@@ -1,0 +1,82 @@
+"""Datasets: read D4RL `.hdf5`, NeoRL `.npz`, local Minari datasets and made datasets, validated.
+
+    from mbrl.datasets import load
+    dataset = load("hopper-medium")                      # made by `mbrl data make hopper-medium`
+    dataset = load("walker2d-medium-v2.hdf5")            # D4RL layout
+    dataset = load("minari:mujoco/hopper/expert-v0")     # a local Minari dataset (never downloaded)
+    dataset = load("HalfCheetah-v3-L-1000.npz", task="halfcheetah")  # NeoRL layout
+
+A lower module: it imports only `mbrl.types` and `mbrl.errors`, never envs, world models or agents.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from mbrl.datasets import registry
+from mbrl.errors import DatasetError
+from mbrl.types import OfflineDataset
+
+MINARI_PREFIX = "minari:"
+HDF5_SUFFIXES = (".hdf5", ".h5")
+NPZ_SUFFIXES = (".npz",)
+FORMATS = {"d4rl-hdf5": "D4RL-layout .hdf5", "neorl-npz": "NeoRL-layout .npz", "minari": "Minari dataset"}
+
+# A tiny real Hopper-v5 dataset (random policy) shipped with the package: scripts/make_sample.py.
+SAMPLE_PATH = Path(__file__).parent / "samples" / "hopper-sample.hdf5"
+
+
+def load(source: str | Path, task: str | None = None, clip_actions: bool = False) -> OfflineDataset:
+    """Read and validate a dataset; every problem with it is a `DatasetError` naming file, key and row.
+
+    `source`: a path to a `.hdf5` (D4RL layout) or `.npz` (NeoRL layout) file, a Minari dataset folder,
+    `minari:DATASET_ID` (under `$MINARI_DATASETS_PATH`), or the name of a made dataset such as
+    `hopper-medium` (under `$MBRL_DATA_DIR`). `task` (a key of `mbrl.types.TASK_SPECS`) checks the
+    dims and supplies the action space; without it the task is inferred where that is unambiguous.
+    Actions outside the action space are refused unless `clip_actions`.
+    """
+    text = str(source)
+    if text.startswith(MINARI_PREFIX):
+        from mbrl.datasets.minari_io import load_minari_id
+
+        return load_minari_id(text[len(MINARI_PREFIX) :], task=task, clip_actions=clip_actions)
+
+    path = Path(text).expanduser()
+    if path.is_dir():
+        from mbrl.datasets import minari_io
+
+        if minari_io.is_dataset_directory(path):
+            return minari_io.load_directory(path, task=task, clip_actions=clip_actions)
+        raise DatasetError(
+            f"{text}: is a directory; expected a .hdf5 or .npz file, a Minari dataset folder, or minari:DATASET_ID"
+        )
+    if not path.exists():
+        if isinstance(source, str) and registry.parse_name(text) is not None:
+            from mbrl.datasets.minari_io import load_made
+
+            return load_made(text, task=task, clip_actions=clip_actions)
+        if _looks_like_path(text):
+            raise DatasetError(f"{text}: no such file")
+        registry.resolve(text)  # raises: an unknown name, with what names look like
+
+    suffix = path.suffix.lower()
+    if suffix in HDF5_SUFFIXES:
+        from mbrl.datasets.d4rl import load_hdf5
+
+        return load_hdf5(path, task=task, clip_actions=clip_actions)
+    if suffix in NPZ_SUFFIXES:
+        from mbrl.datasets.neorl import load_npz
+
+        return load_npz(path, task=task, clip_actions=clip_actions)
+    raise DatasetError(
+        f"{text}: unknown file type '{path.suffix or '(none)'}'; "
+        f"expected .hdf5/.h5 (D4RL layout) or .npz (NeoRL layout)"
+    )
+
+
+def _looks_like_path(text: str) -> bool:
+    # Made-dataset names never hold a dot or a slash.
+    return any(ch in text for ch in "/\\.")
+
+
+__all__ = ["load", "SAMPLE_PATH", "FORMATS", "registry"]

@@ -1,0 +1,146 @@
+"""Evaluate a policy in the real simulator: N seeded episodes in lockstep, normalized score.
+
+Episode i runs in its own env reset with seed `seed + i`, so a result is reproducible and any single
+episode can be replayed alone. All N envs advance together and the policy sees the whole batch in
+ONE call per time step, always with shape (N, obs_dim): rows of finished episodes are padded with
+their last observation and their actions are dropped, so a jitted policy compiles once.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from envs.tasks import TASKS, Task, get_task, task_for_env_id
+from mbrl.errors import ConfigError
+
+PolicyFn = Callable[[Any], Any]  # (B, obs_dim) float32 -> (B, act_dim), numpy or jax
+
+
+@dataclasses.dataclass(frozen=True, eq=False)  # array fields: compare .returns etc. explicitly
+class EvalResult:
+    """Returns and lengths per episode (index i was seeded with seed + i) and their summary."""
+
+    mean: float
+    std: float
+    returns: np.ndarray  # float64 (episodes,)
+    lengths: np.ndarray  # int64 (episodes,), steps until termination or truncation
+    normalized_score: float | None  # 100 * (mean - min) / (max - min), None without reference scores
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain JSON-ready values, for metrics files."""
+        return {
+            "return_mean": self.mean,
+            "return_std": self.std,
+            "returns": self.returns.tolist(),
+            "lengths": self.lengths.tolist(),
+            "normalized_score": self.normalized_score,
+        }
+
+
+def normalized_score(episode_return, ref_min_score: float, ref_max_score: float):
+    """D4RL's normalization, x100: 0 is the random policy's return, 100 the expert's."""
+    return 100.0 * (np.asarray(episode_return, np.float64) - ref_min_score) / (ref_max_score - ref_min_score)
+
+
+def _resolve(task_or_env_id: Task | str) -> tuple[str, Task | None]:
+    """(gymnasium id, task or None) from a Task, a task name ("hopper") or any gymnasium id."""
+    if isinstance(task_or_env_id, Task):
+        return task_or_env_id.env_id, task_or_env_id
+    if not isinstance(task_or_env_id, str):
+        raise ConfigError(f"evaluate: expected a Task, a task name or a gymnasium env id, found {task_or_env_id!r}")
+    if task_or_env_id in TASKS:
+        return TASKS[task_or_env_id].env_id, TASKS[task_or_env_id]
+    if "-v" not in task_or_env_id:
+        get_task(task_or_env_id)  # raises ConfigError listing the known names
+    return task_or_env_id, task_for_env_id(task_or_env_id)
+
+
+def _reference_scores(task, ref_min_score, ref_max_score) -> tuple[float, float] | None:
+    if (ref_min_score is None) != (ref_max_score is None):
+        raise ConfigError(
+            f"evaluate: pass both ref_min_score and ref_max_score or neither, found {ref_min_score!r} / {ref_max_score!r}"
+        )
+    if ref_min_score is not None:
+        if not ref_max_score > ref_min_score:
+            raise ConfigError(
+                f"evaluate: ref_max_score must exceed ref_min_score, found {ref_min_score!r} / {ref_max_score!r}"
+            )
+        return float(ref_min_score), float(ref_max_score)
+    if task is not None:
+        return task.d4rl_ref_min_score, task.d4rl_ref_max_score
+    return None
+
+
+def evaluate(
+    policy_fn: PolicyFn,
+    task_or_env_id: Task | str,
+    episodes: int = 10,
+    seed: int = 0,
+    ref_min_score: float | None = None,
+    ref_max_score: float | None = None,
+    env_kwargs: dict[str, Any] | None = None,
+) -> EvalResult:
+    """Run `policy_fn` for `episodes` episodes of the real env and summarise the returns.
+
+    `task_or_env_id`: a Task, a task name ("hopper") or a gymnasium id ("Hopper-v5", or any other env).
+    Reference scores: a dataset's own (`ref_min_score`, `ref_max_score`) when given, else D4RL's for a
+    known task, else the normalized score is None. `env_kwargs` go to `gymnasium.make` (for example
+    `max_episode_steps`). Each episode ends at the env's termination or truncation, whichever is first.
+    """
+    if not isinstance(episodes, int) or episodes < 1:
+        raise ConfigError(f"evaluate: episodes must be a positive integer, found {episodes!r}")
+    env_id, task = _resolve(task_or_env_id)
+    reference = _reference_scores(task, ref_min_score, ref_max_score)
+
+    import gymnasium
+
+    envs = []
+    try:
+        for _ in range(episodes):
+            try:
+                envs.append(gymnasium.make(env_id, **(env_kwargs or {})))
+            except gymnasium.error.Error as exc:
+                raise ConfigError(f"evaluate: cannot make env {env_id!r}: {exc}") from None
+        returns, lengths = _run_lockstep(policy_fn, envs, seed, env_id)
+    finally:
+        for env in envs:
+            env.close()
+
+    mean = float(returns.mean())
+    return EvalResult(
+        mean=mean,
+        std=float(returns.std()),
+        returns=returns,
+        lengths=lengths,
+        normalized_score=None if reference is None else float(normalized_score(mean, *reference)),
+    )
+
+
+def _run_lockstep(policy_fn: PolicyFn, envs: list, seed: int, env_id: str) -> tuple[np.ndarray, np.ndarray]:
+    n = len(envs)
+    act_shape = envs[0].action_space.shape
+    # Clip like a robot's actuator limits would: the env's control cost would otherwise see raw values.
+    low, high = envs[0].action_space.low, envs[0].action_space.high
+    obs = np.stack([np.asarray(env.reset(seed=seed + i)[0], np.float32) for i, env in enumerate(envs)])
+    returns = np.zeros(n, np.float64)
+    lengths = np.zeros(n, np.int64)
+    live = np.ones(n, bool)
+    while live.any():
+        actions = np.asarray(policy_fn(obs))  # one call for the whole padded batch
+        if actions.shape != (n, *act_shape):
+            raise ConfigError(
+                f"evaluate: the policy returned actions of shape {actions.shape} for {n} observations of {env_id}, "
+                f"expected {(n, *act_shape)}"
+            )
+        for i in np.flatnonzero(live):
+            next_obs, reward, terminated, truncated, _ = envs[i].step(np.clip(actions[i], low, high))
+            returns[i] += float(reward)
+            lengths[i] += 1
+            obs[i] = next_obs  # a finished row keeps its last obs as padding
+            if terminated or truncated:
+                live[i] = False
+    return returns, lengths
