@@ -1,0 +1,358 @@
+"""The dynamics ensemble: accuracy and calibration on a known system, early stopping, elites,
+uncertainty measures, `WorldModel.step`, orbax round trip, and the `mbrl model` commands.
+
+Compiles are the cost here, so one small ensemble is fitted once per module and every test that
+fits again keeps the same shapes (the compiled epoch is then reused).
+"""
+
+from __future__ import annotations
+
+import json
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from mbrl.errors import DatasetError, UserError
+from mbrl.types import Transitions
+from world_models.ensemble import EnsembleConfig, GaussianEnsemble
+from world_models.fit import FitConfig, fit_ensemble, fit_world_model, member_holdout_mse
+from world_models.model import Normalizer, WorldModel
+from world_models.uncertainty import MEASURES
+
+OBS_DIM, ACT_DIM, NOISE = 3, 2, 0.05
+N = 3000  # -> 2400 train + 600 holdout with the split below
+# With a learned termination head, so that one compile covers it too.
+CONFIG = EnsembleConfig(num_members=5, num_elites=3, hidden_dims=(64, 64), learned_termination=True)
+TERMINAL_ABOVE = 0.3  # the system "terminates" when next_obs[0] > 0.3 (about a third of the rows)
+FIT = FitConfig(max_epochs=60, batch_size=128, max_holdout=600, eval_episodes=0, seed=0)
+
+
+def linear_system(n: int, seed: int = 0, scale: float = 1.0) -> Transitions:
+    """s' = s A + a B + noise, r = s·c + noise: a known system with noise std NOISE on every target."""
+    rng = np.random.default_rng(1234)  # the system itself is fixed
+    a = np.eye(OBS_DIM) + 0.3 * rng.normal(size=(OBS_DIM, OBS_DIM))
+    b = 0.5 * rng.normal(size=(ACT_DIM, OBS_DIM))
+    c = rng.normal(size=OBS_DIM)
+    rng = np.random.default_rng(seed)
+    obs = scale * rng.uniform(-1, 1, (n, OBS_DIM))
+    act = scale * rng.uniform(-1, 1, (n, ACT_DIM))
+    next_obs = obs @ a + act @ b + NOISE * rng.normal(size=(n, OBS_DIM))
+    reward = obs @ c + NOISE * rng.normal(size=n)
+    terminal = next_obs[:, 0] > TERMINAL_ABOVE
+    return Transitions.from_arrays(obs, act, reward, next_obs, terminal, np.zeros(n))
+
+
+def targets_of(t: Transitions) -> np.ndarray:
+    return np.concatenate([t.next_obs - t.obs, t.reward[:, None]], axis=1)
+
+
+@pytest.fixture(scope="module")
+def data() -> Transitions:
+    return linear_system(N)
+
+
+@pytest.fixture(scope="module")
+def fitted(data):
+    return fit_world_model(data, config=CONFIG, fit_config=FIT, progress=False)
+
+
+@pytest.fixture(scope="module")
+def holdout(fitted, data) -> Transitions:
+    return data.slice(np.asarray(fitted.model.info.holdout_rows))
+
+
+_member_predictions = jax.jit(WorldModel.member_predictions)
+_step = jax.jit(WorldModel.step, static_argnames=("deterministic", "uncertainty"))
+
+
+def predictions(model, t: Transitions):
+    means, stds = _member_predictions(model, jnp.asarray(t.obs), jnp.asarray(t.action))
+    return np.asarray(means, np.float64), np.asarray(stds, np.float64)
+
+
+# -------------------------------------------------------------------------------------------------
+# Accuracy, calibration, epistemic uncertainty on a known system
+
+
+def test_holdout_mse_approaches_noise_floor(fitted, holdout):
+    model = fitted.model
+    assert len(holdout) == 600 and model.info.num_transitions == N
+    means, _ = predictions(model, holdout)
+    elites = np.asarray(model.elites)
+    mse = np.mean(np.square(means - targets_of(holdout)[None]), axis=(1, 2))
+    floor = NOISE**2
+    assert np.all(mse[elites] < 1.3 * floor), (mse, floor)
+    assert np.all(mse[elites] > 0.7 * floor)  # not fitting the holdout noise: it never saw it
+
+
+def test_two_sigma_coverage_is_calibrated(fitted, holdout):
+    means, stds = predictions(fitted.model, holdout)
+    z = np.abs(means - targets_of(holdout)[None]) / stds
+    elites = np.asarray(fitted.model.elites)
+    coverage_2 = np.mean(z[elites] <= 2.0)
+    coverage_1 = np.mean(z[elites] <= 1.0)
+    assert 0.85 <= coverage_2 <= 0.99, coverage_2
+    assert 0.55 <= coverage_1 <= 0.8, coverage_1
+
+
+def test_epistemic_std_grows_far_from_data(fitted, holdout):
+    far = linear_system(len(holdout), seed=7, scale=10.0)  # inputs 10x outside the data's [-1, 1] box
+    on_data = MEASURES["epistemic_std"](*map(jnp.asarray, predictions(fitted.model, holdout)))
+    off_data = MEASURES["epistemic_std"](*map(jnp.asarray, predictions(fitted.model, far)))
+    ratio = float(jnp.mean(off_data) / jnp.mean(on_data))
+    assert ratio >= 5.0, ratio
+
+
+def test_elites_are_the_lowest_holdout_mse_members(fitted, holdout):
+    model = fitted.model
+    recorded = np.asarray(model.info.holdout_mse)
+    x = model.input_norm.normalize(jnp.asarray(np.concatenate([holdout.obs, holdout.action], 1)))
+    y = model.target_norm.normalize(jnp.asarray(targets_of(holdout), jnp.float32))
+    direct = np.asarray(member_holdout_mse(model.network, model.params, x, y))
+    np.testing.assert_allclose(direct, recorded, rtol=1e-4)
+    lowest = set(np.argsort(direct)[: CONFIG.num_elites].tolist())
+    assert set(np.asarray(model.elites).tolist()) == lowest
+    assert model.elites.shape == (CONFIG.num_elites,)
+
+
+# -------------------------------------------------------------------------------------------------
+# Early stopping and best weights
+
+
+def test_early_stopping_keeps_each_members_best_weights(data):
+    """A holdout whose targets are the negated truth: the better the model fits the training data,
+    the worse its holdout loss, so early stopping must fire and the kept weights must be early ones."""
+    train, real_holdout = data.slice(slice(0, 2400)), data.slice(slice(2400, N))
+    flipped = Transitions.from_arrays(
+        real_holdout.obs,
+        real_holdout.action,
+        -real_holdout.reward,
+        real_holdout.obs - (real_holdout.next_obs - real_holdout.obs),
+        real_holdout.terminal,
+        real_holdout.timeout,
+    )
+    params, input_norm, target_norm, elites, best_mse, history, reason = fit_ensemble(
+        train, flipped, obs_dim=OBS_DIM, config=CONFIG, fit_config=FIT
+    )
+    assert reason == "early_stopping"
+    epochs = len(history)
+    assert epochs < FIT.max_epochs
+    per_epoch = np.array([h["holdout_mse"] for h in history])  # (epochs, M)
+    # Patience: the last epoch with a >1% gain is exactly `patience` epochs before the end.
+    reference, last_gain = np.full(CONFIG.num_members, np.inf), 0
+    for epoch, mse in enumerate(per_epoch, start=1):
+        gain = mse < reference * (1 - FIT.min_improvement)
+        reference = np.where(gain, mse, reference)
+        last_gain = epoch if gain.any() else last_gain
+    assert epochs == last_gain + FIT.patience
+    # Each member keeps the weights of its own best epoch, not the last one.
+    np.testing.assert_allclose(best_mse, per_epoch.min(axis=0), rtol=1e-6)
+    assert np.all(per_epoch[-1] > best_mse)
+    x = input_norm.normalize(jnp.asarray(np.concatenate([flipped.obs, flipped.action], 1)))
+    y = target_norm.normalize(jnp.asarray(targets_of(flipped), jnp.float32))
+    kept = np.asarray(member_holdout_mse(GaussianEnsemble(CONFIG, OBS_DIM + 1), params, x, y))
+    np.testing.assert_allclose(kept, best_mse, rtol=1e-4)
+    assert set(elites.tolist()) == set(np.argsort(best_mse)[: CONFIG.num_elites].tolist())
+
+
+def test_time_budget_stops_fitting(data):
+    result = fit_world_model(data, config=CONFIG, fit_config=FitConfig(**{**FIT.__dict__, "max_seconds": 0.0}), progress=False)
+    assert result.stop_reason == "time_budget" and len(result.history) == 1
+
+
+# -------------------------------------------------------------------------------------------------
+# Uncertainty measures
+
+
+def test_uncertainty_measures_equal_direct_numpy():
+    rng = np.random.default_rng(3)
+    m, b, d = 5, 7, 4
+    means = rng.normal(size=(m, b, d)) * 3 + 10  # an offset, to catch precision loss
+    stds = rng.uniform(0.1, 2.0, size=(m, b, d))
+    expected = {
+        "aleatoric_max": [max(np.linalg.norm(stds[i, s]) for i in range(m)) for s in range(b)],
+        "epistemic_std": [np.sqrt(np.mean(np.var(means[:, s], axis=0))) for s in range(b)],
+        "pairwise_max": [
+            max(np.linalg.norm(means[i, s] - means[j, s]) for i in range(m) for j in range(m)) for s in range(b)
+        ],
+        "ensemble_std": [
+            np.linalg.norm(np.sqrt(np.mean(stds[:, s] ** 2 + means[:, s] ** 2, axis=0) - np.mean(means[:, s], 0) ** 2))
+            for s in range(b)
+        ],
+    }
+    assert set(MEASURES) == set(expected)
+    for name, fn in MEASURES.items():
+        got = np.asarray(fn(jnp.asarray(means, jnp.float32), jnp.asarray(stds, jnp.float32)))
+        assert got.shape == (b,)
+        np.testing.assert_allclose(got, expected[name], rtol=1e-4, err_msg=name)
+        assert fn.__doc__ and "20" in fn.__doc__, f"{name} must cite its paper"
+
+
+# -------------------------------------------------------------------------------------------------
+# WorldModel.step
+
+
+def test_step_uses_the_given_members(fitted, holdout):
+    model = fitted.model
+    b = len(holdout)
+    obs, act = jnp.asarray(holdout.obs), jnp.asarray(holdout.action)
+    means, stds = predictions(model, holdout)
+    member = jnp.asarray(np.arange(b) % CONFIG.num_members, jnp.int32)
+    step = _step
+    out = step(model, jax.random.PRNGKey(0), obs, act, member, deterministic=True, uncertainty="epistemic_std")
+    chosen = means[np.asarray(member), np.arange(b)]
+    np.testing.assert_allclose(out.next_obs, holdout.obs + chosen[:, :OBS_DIM], rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(out.reward, chosen[:, OBS_DIM], rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(out.uncertainty, MEASURES["epistemic_std"](jnp.asarray(means), jnp.asarray(stds)), rtol=1e-4)
+    assert out.terminal.dtype == jnp.bool_ and out.terminal.shape == (b,)
+
+    # Sampled: Gaussian noise around the same member's mean, with its std.
+    sampled = step(model, jax.random.PRNGKey(1), obs, act, member)
+    z = (np.asarray(sampled.next_obs) - np.asarray(out.next_obs)) / stds[np.asarray(member), np.arange(b), :OBS_DIM]
+    assert 0.5 < np.std(z) < 1.5 and np.abs(z).max() < 6.0
+
+    # No member given: every sample follows one of the elites, and the elites all get used.
+    free = step(model, jax.random.PRNGKey(2), obs, act, None, deterministic=True)
+    distance = np.abs(np.asarray(free.next_obs)[None] - (holdout.obs[None] + means[:, :, :OBS_DIM])).max(-1)
+    nearest = distance.argmin(axis=0)
+    assert np.all(distance.min(axis=0) < 1e-5)
+    assert set(nearest.tolist()) == set(np.asarray(model.elites).tolist())
+
+
+def test_step_terminal_comes_from_the_termination_fn(fitted, holdout):
+    model = fitted.model.with_termination_fn(lambda obs, action, next_obs: next_obs[:, 0] > 0.0)
+    out = _step(model, jax.random.PRNGKey(0), jnp.asarray(holdout.obs), jnp.asarray(holdout.action))
+    np.testing.assert_array_equal(out.terminal, np.asarray(out.next_obs)[:, 0] > 0.0)
+    assert 0 < int(out.terminal.sum()) < len(holdout)
+
+
+# -------------------------------------------------------------------------------------------------
+# Persistence
+
+
+def test_orbax_round_trip_is_bit_identical(fitted, holdout, tmp_path):
+    model = fitted.model
+    path = tmp_path / "model"
+    model.save(path)
+    model.save(path)  # replacing an existing model works and leaves no temporary folders
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["model"]
+    fn = lambda obs, action, next_obs: next_obs[:, 0] > 0.0  # noqa: E731
+    loaded = WorldModel.load(path, termination_fn=fn)
+    assert loaded.info == model.info and loaded.config == model.config and loaded.termination_fn is fn
+    for a, b in zip(jax.tree.leaves(model), jax.tree.leaves(loaded)):
+        assert a.dtype == b.dtype and np.array_equal(np.asarray(a), np.asarray(b))
+    obs, act = jnp.asarray(holdout.obs), jnp.asarray(holdout.action)
+    key = jax.random.PRNGKey(5)
+    before = _step(model.with_termination_fn(fn), key, obs, act)
+    after = _step(loaded, key, obs, act)
+    for a, b in zip(jax.tree.leaves(before), jax.tree.leaves(after)):
+        assert np.array_equal(np.asarray(a), np.asarray(b))
+
+
+def test_load_refuses_what_is_not_a_model(tmp_path):
+    with pytest.raises(UserError, match="model.json"):
+        WorldModel.load(tmp_path)
+    (tmp_path / "model.json").write_text("{not json")
+    with pytest.raises(UserError, match="model.json"):
+        WorldModel.load(tmp_path)
+
+
+# -------------------------------------------------------------------------------------------------
+# Bad input
+
+
+def test_fit_refuses_non_finite_data(data):
+    bad_obs = data.obs.copy()
+    bad_obs[17, 1] = np.nan
+    bad = Transitions.from_arrays(bad_obs, data.action, data.reward, data.next_obs, data.terminal, data.timeout)
+    with pytest.raises(DatasetError, match=r"'obs'.*NaN.*row 17"):
+        fit_world_model(bad, config=CONFIG, fit_config=FIT, source="bad.hdf5", progress=False)
+    bad_reward = data.reward.copy()
+    bad_reward[5] = np.inf
+    bad = Transitions.from_arrays(data.obs, data.action, bad_reward, data.next_obs, data.terminal, data.timeout)
+    with pytest.raises(DatasetError, match=r"'reward'.*Inf.*row 5"):
+        fit_world_model(bad, config=CONFIG, fit_config=FIT, progress=False)
+    short = Transitions.from_arrays(data.obs, data.action, data.reward, data.next_obs[:, :2], data.terminal, data.timeout)
+    with pytest.raises(DatasetError, match="next_obs"):
+        fit_world_model(short, config=CONFIG, fit_config=FIT, progress=False)
+
+
+def test_configs_refuse_bad_options():
+    from mbrl.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="num_elites"):
+        EnsembleConfig(num_members=3, num_elites=4)
+    with pytest.raises(ConfigError, match="weight_decays"):
+        EnsembleConfig(hidden_dims=(8, 8), weight_decays=(1e-5,))
+    with pytest.raises(ConfigError, match="sampling"):
+        FitConfig(sampling="jackknife")
+    with pytest.raises(ConfigError, match="uncertainty measure"):
+        WorldModel.step(
+            WorldModel(
+                params=None,
+                input_norm=Normalizer(jnp.zeros(1), jnp.ones(1)),
+                target_norm=Normalizer(jnp.zeros(1), jnp.ones(1)),
+                elites=jnp.zeros(1, jnp.int32),
+                config=EnsembleConfig(),
+                obs_dim=1,
+                act_dim=1,
+            ),
+            jax.random.PRNGKey(0),
+            jnp.zeros((1, 1)),
+            jnp.zeros((1, 1)),
+            uncertainty="vibes",
+        )
+
+
+# -------------------------------------------------------------------------------------------------
+# Learned termination head (for tasks with no known termination function)
+
+
+def test_learned_termination_head_predicts_terminals(fitted, holdout):
+    model = fitted.model
+    assert model.termination_fn is None and model.config.learned_termination
+    out = _step(model, jax.random.PRNGKey(2), jnp.asarray(holdout.obs), jnp.asarray(holdout.action), None, deterministic=True)
+    predicted, actual = np.asarray(out.terminal), holdout.terminal
+    assert 0.15 < actual.mean() < 0.5
+    recall, specificity = predicted[actual].mean(), (~predicted[~actual]).mean()
+    assert recall > 0.85 and specificity > 0.85, (recall, specificity)
+
+
+# -------------------------------------------------------------------------------------------------
+# The commands, on the real Hopper-v5 sample dataset shipped with the package
+
+
+def test_model_fit_and_eval_commands(tmp_path, capsys):
+    from mbrl.cli import main
+    from mbrl.datasets import SAMPLE_PATH
+
+    out = tmp_path / "hopper-model"
+    code = main(
+        ["model", "fit", "--dataset", str(SAMPLE_PATH), "--out", str(out), "--max-epochs", "3",
+         "--members", "3", "--elites", "2", "--layers", "1", "--width", "16", "--layer-norm", "--no-progress"]
+    )  # fmt: skip
+    assert code == 0
+    summary = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert summary["epochs"] == 3 and summary["stop_reason"] == "max_epochs" and len(summary["elites"]) == 2
+    assert (out / "model.json").is_file() and (out / "arrays").is_dir()
+    model = WorldModel.load(out)
+    assert model.info.task == "hopper" and len(model.info.eval_episodes) == 1
+    # NEUBAY's variant: LayerNorm blocks and log σ softly inside [-5, 0.25] (standardised units), even far out.
+    assert model.config.layer_norm and "norm_0" in model.params["params"] and "max_logvar" not in model.params["params"]
+    far = 100.0 * jax.random.normal(jax.random.PRNGKey(0), (64, model.obs_dim + model.act_dim))
+    _, stds = _member_predictions(model, far[:, : model.obs_dim], far[:, model.obs_dim :])
+    log_std = np.log(np.asarray(stds) / np.asarray(model.target_norm.std))
+    assert log_std.min() >= -5.0 - 1e-4 and log_std.max() <= 0.25 + 1e-4
+
+    assert main(["model", "eval", str(out), "--json"]) == 0
+    report = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert len(report["members"]) == 3 and report["holdout_rows"] == len(model.info.holdout_rows)
+    for row in report["members"]:
+        assert row["holdout_mse"] > 0 and 0 <= row["coverage_1sigma"] <= row["coverage_2sigma"] <= 1
+    assert set(report["open_loop_mse"]) == {"1", "5", "20", "100"}
+    assert report["open_loop_starts"]["1"] > 0 and report["open_loop_mse"]["1"] > 0
+
+    assert main(["model", "eval", str(tmp_path / "missing")]) == 2
+    assert "model.json" in capsys.readouterr().err

@@ -1,0 +1,403 @@
+"""Fitting the dynamics ensemble: holdout split, compiled epochs, early stopping, elites.
+
+The recipe is MBPO's as kept by OfflineRL-Kit (offlinerlkit/dynamics/ensemble_dynamics.py, `train`)
+and mbrl-lib (mbrl/models/model_trainer.py): a holdout of min(20%, 1000) transitions, per-member
+bootstrap resampling, Adam at 1e-3 with batch 256, early stopping once no member has improved its
+holdout MSE by more than 1% for 5 epochs, each member's best weights kept, and elites the members
+with the lowest holdout MSE.
+
+One epoch is one compiled call: a `lax.scan` over minibatches in which all members train as one
+batched computation, then the holdout evaluation and a per-member masked select of the best
+weights. The host only sees one small array per epoch (for early stopping and the progress bar).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import time
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+from flax import struct
+
+from mbrl.errors import ConfigError, DatasetError
+from mbrl.types import OfflineDataset, Transitions
+from world_models.ensemble import EnsembleConfig, GaussianEnsemble, ensemble_loss, init_params
+from world_models.model import ModelInfo, Normalizer, WorldModel
+
+HOLDOUT_CHUNK = 2048  # rows per step of the chunked holdout evaluation
+
+
+@dataclasses.dataclass(frozen=True)
+class FitConfig:
+    """How the ensemble is fitted.
+
+    holdout_ratio / max_holdout: random transitions kept out for early stopping and elite choice,
+        min(ratio * N, max_holdout) rows (MBPO / OfflineRL-Kit: 0.2 and 1000).
+    eval_episodes: whole episodes kept out of both training and holdout, for open-loop k-step
+        evaluation (`mbrl model eval`); at most 10% of the dataset's episodes.
+    sampling: "bootstrap" (each member trains on its own resample with replacement, reshuffled every
+        epoch, as OfflineRL-Kit) or "permutation" (each member sees all data in its own order).
+    max_epochs / max_seconds: hard limits on top of early stopping (None: no limit).
+    patience / min_improvement: stop after `patience` epochs in which no member improved its
+        holdout MSE by more than `min_improvement` (relative).
+    """
+
+    holdout_ratio: float = 0.2
+    max_holdout: int = 1000
+    eval_episodes: int = 2
+    sampling: str = "bootstrap"
+    batch_size: int = 256
+    learning_rate: float = 1e-3
+    max_epochs: int | None = None
+    max_seconds: float | None = None
+    patience: int = 5
+    min_improvement: float = 0.01
+    seed: int = 0
+
+    def __post_init__(self):
+        if not 0.0 < self.holdout_ratio < 1.0:
+            raise ConfigError(f"holdout_ratio must be in (0, 1), got {self.holdout_ratio}")
+        if self.max_holdout < 1:
+            raise ConfigError(f"max_holdout must be >= 1, got {self.max_holdout}")
+        if self.sampling not in ("bootstrap", "permutation"):
+            raise ConfigError(f"unknown sampling '{self.sampling}'; expected 'bootstrap' or 'permutation'")
+        if self.batch_size < 1 or self.learning_rate <= 0.0 or self.patience < 1:
+            raise ConfigError("batch_size and patience must be >= 1 and learning_rate > 0")
+        if self.max_epochs is not None and self.max_epochs < 1:
+            raise ConfigError(f"max_epochs must be >= 1 or None, got {self.max_epochs}")
+        if self.eval_episodes < 0:
+            raise ConfigError(f"eval_episodes must be >= 0, got {self.eval_episodes}")
+
+
+@struct.dataclass
+class TrainState:
+    params: Any
+    opt_state: Any
+    best_params: Any
+    best_mse: jax.Array  # (M,) holdout MSE of best_params, standardised target units
+    rows: jax.Array  # (M, N) int32: each member's training rows (a bootstrap resample or arange)
+
+
+@struct.dataclass
+class DeviceData:
+    inputs: jax.Array  # (N, in) standardised
+    targets: jax.Array  # (N, out) standardised
+    terminals: jax.Array  # (N,) bool
+    holdout_inputs: jax.Array
+    holdout_targets: jax.Array
+
+
+@dataclasses.dataclass
+class FitResult:
+    model: WorldModel
+    history: list[dict]  # one entry per epoch: train_loss, holdout_mse (per member)
+    stop_reason: str
+
+
+# ---------------------------------------------------------------------------------------------
+# Compiled pieces
+
+
+def member_holdout_mse(network: GaussianEnsemble, params, inputs, targets) -> jax.Array:
+    """Per-member MSE over rows and dims, standardised units, (M,). Chunked so any holdout size fits."""
+    n = inputs.shape[0]
+    chunk = min(n, HOLDOUT_CHUNK)
+    num_chunks = -(-n // chunk)
+    pad = num_chunks * chunk - n
+    x = jnp.pad(inputs, ((0, pad), (0, 0))).reshape(num_chunks, chunk, -1)
+    y = jnp.pad(targets, ((0, pad), (0, 0))).reshape(num_chunks, chunk, -1)
+    valid = (jnp.arange(num_chunks * chunk) < n).reshape(num_chunks, chunk)
+
+    def body(total, xs):
+        xc, yc, vc = xs
+        mean, _, _ = network.apply(params, xc)
+        sq = jnp.mean(jnp.square(mean - yc[None]), axis=-1)  # (M, chunk)
+        return total + jnp.sum(jnp.where(vc[None], sq, 0.0), axis=1), None
+
+    total, _ = jax.lax.scan(body, jnp.zeros(network.config.num_members), (x, y, valid))
+    return total / n
+
+
+def select_members(improved: jax.Array, new, old):
+    """Per member: `new` where improved else `old` (leaves with a leading member axis)."""
+
+    def pick(a, b):
+        mask = improved.reshape((-1,) + (1,) * (a.ndim - 1))
+        return jnp.where(mask, a, b)
+
+    return jax.tree.map(pick, new, old)
+
+
+def make_optimizer(learning_rate: float) -> optax.GradientTransformation:
+    # Plain Adam: weight decay is an L2 term inside the loss, per layer (OfflineRL-Kit).
+    return optax.adam(learning_rate)
+
+
+def train_steps(network, optimizer, params, opt_state, inputs, targets, terminals, batch_rows):
+    """lax.scan of gradient steps; batch_rows (steps, M, B) picks each member's rows per step."""
+
+    def step(carry, rows):
+        params, opt_state = carry
+        x, y, t = inputs[rows], targets[rows], terminals[rows]
+        (loss, _), grads = jax.value_and_grad(
+            lambda p: ensemble_loss(network, p, x, y, t), has_aux=True
+        )(params)
+        updates, opt_state = optimizer.update(grads, opt_state, params)
+        return (optax.apply_updates(params, updates), opt_state), loss
+
+    (params, opt_state), losses = jax.lax.scan(step, (params, opt_state), batch_rows)
+    return params, opt_state, losses
+
+
+@functools.partial(
+    jax.jit, static_argnames=("network", "learning_rate", "batch_size", "sampling"), donate_argnames=("state",)
+)
+def run_epoch(state: TrainState, data: DeviceData, key, *, network, learning_rate, batch_size, sampling):
+    """One epoch over the training rows, then holdout MSE and the per-member best-weights update."""
+    members, n = state.rows.shape
+    keys = jax.random.split(key, members)
+    # One sort of random keys per member: a fresh order of that member's rows every epoch.
+    shuffle = jnp.argsort(jax.vmap(lambda k: jax.random.uniform(k, (n,)))(keys), axis=1)
+    order = jnp.take_along_axis(state.rows, shuffle, axis=1)
+    num_batches = -(-n // batch_size)
+    # Wrap around so every batch is full and shapes stay static.
+    wrap = jnp.arange(num_batches * batch_size) % n
+    batch_rows = order[:, wrap].reshape(members, num_batches, batch_size).transpose(1, 0, 2)
+    optimizer = make_optimizer(learning_rate)
+    params, opt_state, losses = train_steps(
+        network, optimizer, state.params, state.opt_state, data.inputs, data.targets, data.terminals, batch_rows
+    )
+    mse = member_holdout_mse(network, params, data.holdout_inputs, data.holdout_targets)
+    improved = mse < state.best_mse
+    state = TrainState(
+        params=params,
+        opt_state=opt_state,
+        best_params=select_members(improved, params, state.best_params),
+        best_mse=jnp.where(improved, mse, state.best_mse),
+        rows=state.rows,
+    )
+    return state, jnp.mean(losses), mse
+
+
+# ---------------------------------------------------------------------------------------------
+# Host side: validation, split, the epoch loop
+
+
+def check_finite(transitions: Transitions, source: str = "dataset") -> None:
+    """Refuse NaN/Inf with a message naming the field and the first bad row."""
+    for name in ("obs", "action", "reward", "next_obs"):
+        values = np.asarray(getattr(transitions, name))
+        finite = np.isfinite(values)
+        if not finite.all():
+            bad = finite.reshape(len(values), -1).all(axis=1)
+            row = int(np.argmin(bad))
+            kind = "NaN" if np.isnan(values[row]).any() else "Inf"
+            raise DatasetError(
+                f"{source}: field '{name}' has a {kind} at row {row}; the dynamics model needs finite numbers"
+            )
+
+
+def check_shapes(transitions: Transitions, source: str = "dataset") -> None:
+    n = len(transitions)
+    for name in ("obs", "action", "next_obs"):
+        values = np.asarray(getattr(transitions, name))
+        if values.ndim != 2 or values.shape[0] != n:
+            raise DatasetError(f"{source}: field '{name}' has shape {values.shape}; expected ({n}, dim)")
+    if transitions.next_obs.shape != transitions.obs.shape:
+        raise DatasetError(
+            f"{source}: 'next_obs' has shape {transitions.next_obs.shape}; expected {transitions.obs.shape} like 'obs'"
+        )
+    for name in ("reward", "terminal"):
+        shape = np.asarray(getattr(transitions, name)).shape
+        if shape != (n,):
+            raise DatasetError(f"{source}: field '{name}' has shape {shape}; expected ({n},)")
+
+
+def make_normalizer(values: np.ndarray) -> Normalizer:
+    mean = values.mean(axis=0, dtype=np.float64)
+    std = values.std(axis=0, dtype=np.float64)
+    std = np.where(std < 1e-6, 1.0, std)  # constant columns pass through unscaled
+    return Normalizer(mean=jnp.asarray(mean, jnp.float32), std=jnp.asarray(std, jnp.float32))
+
+
+def model_inputs(transitions: Transitions) -> np.ndarray:
+    return np.concatenate([transitions.obs, transitions.action], axis=1).astype(np.float32)
+
+
+def model_targets(transitions: Transitions) -> np.ndarray:
+    delta = transitions.next_obs - transitions.obs
+    return np.concatenate([delta, transitions.reward[:, None]], axis=1).astype(np.float32)
+
+
+def split_rows(n: int, episode_starts: np.ndarray | None, config: FitConfig, rng: np.random.Generator):
+    """(train_rows, holdout_rows, eval_episodes): eval episodes whole, the holdout random transitions."""
+    eval_episodes = np.zeros(0, np.int64)
+    available = np.ones(n, bool)
+    if episode_starts is not None and len(episode_starts) and config.eval_episodes:
+        count = min(config.eval_episodes, len(episode_starts) // 10)
+        if count:
+            eval_episodes = np.sort(rng.choice(len(episode_starts), size=count, replace=False))
+            bounds = np.append(episode_starts, n)
+            for e in eval_episodes:
+                available[bounds[e] : bounds[e + 1]] = False
+    rows = np.flatnonzero(available)
+    holdout_size = min(int(len(rows) * config.holdout_ratio), config.max_holdout)
+    holdout_size = max(holdout_size, 1)
+    if len(rows) - holdout_size < 1:
+        raise DatasetError(f"dataset has {n} usable transitions; need at least 2 to fit a model with a holdout")
+    perm = rng.permutation(rows)
+    return np.sort(perm[holdout_size:]), np.sort(perm[:holdout_size]), eval_episodes
+
+
+def _progress(enabled: bool, total: int | None):
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    columns = [TextColumn("[bold]fitting dynamics[/]"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn()]
+    columns.append(TextColumn("{task.fields[status]}"))
+    return Progress(*columns, console=Console(stderr=True), disable=not enabled, transient=False)
+
+
+def fit_ensemble(
+    train: Transitions,
+    holdout: Transitions,
+    *,
+    obs_dim: int,
+    config: EnsembleConfig = EnsembleConfig(),
+    fit_config: FitConfig = FitConfig(),
+    progress: bool = False,
+):
+    """Fit on `train`, early-stop and choose elites on `holdout`.
+
+    Returns (params, input_normalizer, target_normalizer, elites, best_mse, history, stop_reason).
+    """
+    train_x, train_y = model_inputs(train), model_targets(train)
+    input_norm, target_norm = make_normalizer(train_x), make_normalizer(train_y)
+    network = GaussianEnsemble(config, obs_dim + 1)
+    key = jax.random.PRNGKey(fit_config.seed)
+    key, init_key, rows_key = jax.random.split(key, 3)
+    params = init_params(network, init_key, train_x.shape[1])
+    n, members = len(train), config.num_members
+    if fit_config.sampling == "bootstrap":
+        rows = jax.random.randint(rows_key, (members, n), 0, n, dtype=jnp.int32)
+    else:
+        rows = jnp.tile(jnp.arange(n, dtype=jnp.int32), (members, 1))
+    data = DeviceData(
+        inputs=input_norm.normalize(jnp.asarray(train_x)),
+        targets=target_norm.normalize(jnp.asarray(train_y)),
+        terminals=jnp.asarray(train.terminal, bool),
+        holdout_inputs=input_norm.normalize(jnp.asarray(model_inputs(holdout))),
+        holdout_targets=target_norm.normalize(jnp.asarray(model_targets(holdout))),
+    )
+    state = TrainState(
+        params=params,
+        opt_state=make_optimizer(fit_config.learning_rate).init(params),
+        best_params=jax.tree.map(jnp.copy, params),
+        best_mse=jnp.full((members,), jnp.inf, jnp.float32),
+        rows=rows,
+    )
+    epoch_fn = functools.partial(
+        run_epoch,
+        network=network,
+        learning_rate=fit_config.learning_rate,
+        batch_size=fit_config.batch_size,
+        sampling=fit_config.sampling,
+    )
+
+    reference = np.full(members, np.inf)  # loss at each member's last significant improvement
+    since_improved, history, stop_reason = 0, [], "max_epochs"
+    start = time.perf_counter()
+    with _progress(progress, fit_config.max_epochs) as bar:
+        task = bar.add_task("fit", total=fit_config.max_epochs, status="compiling")
+        epoch = 0
+        while True:
+            key, epoch_key = jax.random.split(key)
+            state, train_loss, mse = epoch_fn(state, data, epoch_key)
+            mse = np.asarray(mse, np.float64)
+            epoch += 1
+            significant = mse < reference * (1.0 - fit_config.min_improvement)
+            reference = np.where(significant, mse, reference)
+            since_improved = 0 if significant.any() else since_improved + 1
+            history.append({"epoch": epoch, "train_loss": float(train_loss), "holdout_mse": mse.tolist()})
+            elite_mse = np.sort(mse)[: config.num_elites].mean()
+            bar.update(
+                task,
+                advance=1,
+                status=f"holdout mse {elite_mse:.4g} (elites) · no gain for {since_improved}/{fit_config.patience}",
+            )
+            if not np.isfinite(mse).any():
+                raise DatasetError("the dynamics ensemble diverged (non-finite holdout loss); check the dataset's scale")
+            if since_improved >= fit_config.patience:
+                stop_reason = "early_stopping"
+                break
+            if fit_config.max_epochs is not None and epoch >= fit_config.max_epochs:
+                break
+            if fit_config.max_seconds is not None and time.perf_counter() - start >= fit_config.max_seconds:
+                stop_reason = "time_budget"
+                break
+    best_mse = np.asarray(state.best_mse, np.float64)
+    elites = np.sort(np.argsort(best_mse, kind="stable")[: config.num_elites]).astype(np.int32)
+    return state.best_params, input_norm, target_norm, elites, best_mse, history, stop_reason
+
+
+def fit_world_model(
+    data: OfflineDataset | Transitions,
+    *,
+    config: EnsembleConfig = EnsembleConfig(),
+    fit_config: FitConfig = FitConfig(),
+    termination_fn=None,
+    source: str | None = None,
+    task: str | None = None,
+    progress: bool = True,
+) -> FitResult:
+    """Validate, split, fit and wrap the result in a `WorldModel` that records the split."""
+    if isinstance(data, OfflineDataset):
+        transitions, episode_starts = data.transitions, np.asarray(data.episode_starts)
+        source = source or data.info.source
+        task = task or data.info.task
+    else:
+        transitions, episode_starts = data, None
+    source = source or "dataset"
+    check_shapes(transitions, source)
+    check_finite(transitions, source)
+    rng = np.random.default_rng(fit_config.seed)
+    train_rows, holdout_rows, eval_episodes = split_rows(len(transitions), episode_starts, fit_config, rng)
+    start = time.perf_counter()
+    params, input_norm, target_norm, elites, best_mse, history, stop_reason = fit_ensemble(
+        transitions.slice(train_rows),
+        transitions.slice(holdout_rows),
+        obs_dim=transitions.obs_dim,
+        config=config,
+        fit_config=fit_config,
+        progress=progress,
+    )
+    info = ModelInfo(
+        source=source,
+        task=task,
+        num_transitions=len(transitions),
+        holdout_rows=tuple(int(r) for r in holdout_rows),
+        eval_episodes=tuple(int(e) for e in eval_episodes),
+        holdout_mse=tuple(float(m) for m in best_mse),
+        epochs=len(history),
+        fit_seconds=round(time.perf_counter() - start, 3),
+        stop_reason=stop_reason,
+        seed=fit_config.seed,
+    )
+    model = WorldModel(
+        params=params,
+        input_norm=input_norm,
+        target_norm=target_norm,
+        elites=jnp.asarray(elites),
+        config=config,
+        obs_dim=transitions.obs_dim,
+        act_dim=transitions.act_dim,
+        info=info,
+        termination_fn=termination_fn,
+    )
+    return FitResult(model=model, history=history, stop_reason=stop_reason)
+
