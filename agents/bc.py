@@ -1,0 +1,87 @@
+"""Behaviour cloning: a deterministic actor regressed onto the dataset's actions (real data only).
+
+The baseline of OfflineRL-Kit (offlinerlkit/policy/model_free/bc.py, run_example/run_bc.py): an MLP
+of 2x256 with a tanh output, mean squared error to the data's actions, Adam at 3e-4, batch 256.
+Model-free: the training loop never imagines rollouts for it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import optax
+from flax import struct
+
+from agents.networks import MLP
+from mbrl.errors import ConfigError
+from mbrl.types import Transitions
+
+
+@dataclasses.dataclass(frozen=True)
+class BCConfig:
+    hidden_sizes: Sequence[int] = (256, 256)
+    learning_rate: float = 3e-4
+    batch_size: int = 256
+
+    def __post_init__(self):
+        if not self.hidden_sizes or any(int(w) < 1 for w in self.hidden_sizes):
+            raise ConfigError(f"bc.hidden_sizes: expected positive widths, found {tuple(self.hidden_sizes)}")
+        if not self.learning_rate > 0:
+            raise ConfigError(f"bc.learning_rate: expected a value > 0, found {self.learning_rate}")
+        if self.batch_size < 1:
+            raise ConfigError(f"bc.batch_size: expected a positive int, found {self.batch_size}")
+
+
+@struct.dataclass
+class BCState:
+    actor_params: Any
+    opt_state: Any
+    step: jax.Array
+
+
+class BC:
+    uses_model = False
+    uncertainty = None
+
+    def __init__(self, config: BCConfig, obs_dim: int, act_dim: int):
+        self.config = config
+        self.obs_dim, self.act_dim = obs_dim, act_dim
+        self.actor = MLP(tuple(int(w) for w in config.hidden_sizes), act_dim)
+        self.tx = optax.adam(config.learning_rate)
+        self.batch_size = config.batch_size
+
+    def init(self, key: jax.Array) -> BCState:
+        params = self.actor.init(key, jnp.zeros((1, self.obs_dim), jnp.float32))
+        return BCState(actor_params=params, opt_state=self.tx.init(params), step=jnp.zeros((), jnp.int32))
+
+    def act(self, actor_params, obs, key=None, deterministic: bool = True):
+        del key, deterministic  # a deterministic policy
+        return jnp.tanh(self.actor.apply(actor_params, obs))
+
+    @staticmethod
+    def actor_params(state: BCState):
+        return state.actor_params
+
+    def loss(self, actor_params, batch: Transitions):
+        return jnp.mean(jnp.square(self.act(actor_params, batch.obs) - batch.action))
+
+    def update(self, state: BCState, batch: Transitions, key: jax.Array):
+        del key
+        loss, grads = jax.value_and_grad(self.loss)(state.actor_params, batch)
+        updates, opt_state = self.tx.update(grads, state.opt_state)
+        params = optax.apply_updates(state.actor_params, updates)
+        return BCState(actor_params=params, opt_state=opt_state, step=state.step + 1), {"bc_loss": loss}
+
+    def update_many(self, state: BCState, batches: Transitions, key: jax.Array):
+        """K updates in one `lax.scan` over batches with a leading axis K; metrics averaged over K."""
+        keys = jax.random.split(key, batches.reward.shape[0])
+        state, metrics = jax.lax.scan(lambda s, xs: self.update(s, *xs), state, (batches, keys))
+        return state, jax.tree.map(jnp.mean, metrics)
+
+    @staticmethod
+    def model_reward(reward, uncertainty):
+        return reward

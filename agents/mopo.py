@@ -1,0 +1,71 @@
+"""MOPO (Yu et al. 2020, "MOPO: Model-based Offline Policy Optimization"): SAC-N on model rollouts
+whose rewards are penalised by the world model's uncertainty, r̃ = r - λ·u.
+
+The agent is the SAC-N core (`agents.sac_n`) with N=2 critics by default; this module adds only the
+reward penalty. Rollouts reach the agent as data: the training loop imagines them and hands the raw
+model reward and the uncertainty u (MOPO's `aleatoric_max`: the max over members of ‖σ‖₂) to
+`model_reward`, which writes r̃ into the model buffer.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import jax
+import jax.numpy as jnp
+
+from agents.sac_n import SACN, SACNConfig, SACNState
+from mbrl.errors import ConfigError
+from mbrl.types import Transitions
+
+
+@dataclasses.dataclass(frozen=True)
+class MOPOConfig:
+    """MOPO's own settings on top of SAC-N. Per-dataset λ presets: `agents.presets.MOPO_HORIZON_PENALTY`.
+
+    penalty_coef: λ in r̃ = r - λ·u.
+    uncertainty: the measure u (a name of `world_models.uncertainty.MEASURES`); MOPO's is aleatoric_max.
+    """
+
+    penalty_coef: float = 1.0
+    uncertainty: str = "aleatoric_max"
+
+    def __post_init__(self):
+        if not self.penalty_coef >= 0.0:
+            raise ConfigError(f"mopo.penalty_coef: expected a value >= 0, found {self.penalty_coef}")
+
+
+def penalized_reward(reward: jax.Array, uncertainty: jax.Array, penalty_coef: float) -> jax.Array:
+    """MOPO's r̃ = r - λ·u, elementwise."""
+    return reward - penalty_coef * uncertainty
+
+
+class MOPO:
+    """SAC-N (default N=2) trained on λ·u-penalised model rewards mixed with real data."""
+
+    uses_model = True
+
+    def __init__(self, sac: SACNConfig, mopo: MOPOConfig, obs_dim: int, act_dim: int):
+        self.config = mopo
+        self.core = SACN(sac, obs_dim, act_dim)
+        self.batch_size = sac.batch_size
+        self.uncertainty = mopo.uncertainty
+
+    def init(self, key: jax.Array) -> SACNState:
+        return self.core.init(key)
+
+    def update(self, state: SACNState, batch: Transitions, key: jax.Array):
+        return self.core.update(state, batch, key)
+
+    def update_many(self, state: SACNState, batches: Transitions, key: jax.Array):
+        return self.core.update_many(state, batches, key)
+
+    @staticmethod
+    def actor_params(state: SACNState):
+        return state.actor_params
+
+    def act(self, actor_params, obs, key, deterministic: bool = False):
+        return self.core.act(actor_params, obs, key, deterministic)
+
+    def model_reward(self, reward: jax.Array, uncertainty: jax.Array) -> jax.Array:
+        return penalized_reward(reward, uncertainty.astype(jnp.float32), self.config.penalty_coef)

@@ -1,0 +1,80 @@
+"""NEUBAY presets as data, merged into `agents.presets` (same layout: nested overrides per section).
+
+`paper`: twni2016/neubay configs/d4rl_loco/base.yaml with the per-dataset values of
+configs/d4rl_loco/task/<task>_<level>.yaml. The world model (`ensemble` there): 128 members trained, the
+100 with the lowest holdout error used (`collect.ensemble_size`), 4 hidden layers of 200 with LayerNorm
+(`has_ln`, which also fixes the soft log-σ range to [-5, 0.25]), holdout min(20%, 1000), patience 5 at
+1% improvement, batch 256, lr 1e-3 (offline_world/cont_ensemble.py); one ensemble per seed
+(`model_seed = seed`). Agent: 2M updates (`train.grad_steps`), evaluated 100 times (`eval.times`) on 20
+real episodes (`eval.real_episodes`).
+
+`quick`: sized for 2 CPU cores. A 20-member ensemble using its 16 best, fitted under a time budget and
+shared by the seeds; a narrower memory (128/64); batches of 4 windows of 64 steps after 64 steps of
+history (256 transitions, RAVL's batch; with |λ| ≤ 0.9, 64 steps rebuild the LRU state to < 1e-3);
+50 trajectories per collect; UTD 0.01 instead of 0.05 so that the 8,000 updates (RAVL's quick budget)
+see tens of collects rather than a handful; a tape of 2,000 trajectories (everything collected is kept,
+as with the paper's 40M); the threshold quantile over 100,000 dataset rows. Per-dataset values as in
+`paper`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+# configs/d4rl_loco/task/*.yaml: (encoder lr for actor and critic, real_weight, fixed alpha).
+# `model.target_alpha_ratio: null` (alpha fixed at 0.2) on the hopper datasets.
+PER_DATASET: dict[str, tuple[float, float, bool]] = {
+    "hopper-medium": (1e-6, 0.8, True),
+    "hopper-medium-replay": (3e-7, 0.5, True),
+    "hopper-medium-expert": (3e-6, 0.5, True),
+    "hopper-random": (1e-5, 0.5, True),
+    "walker2d-medium": (3e-6, 0.5, False),
+    "walker2d-medium-replay": (1e-6, 0.5, False),
+    "walker2d-medium-expert": (1e-6, 0.8, False),
+    "walker2d-random": (3e-5, 0.5, False),
+    "halfcheetah-medium": (3e-5, 0.8, False),
+    "halfcheetah-medium-replay": (1e-5, 0.05, False),
+    "halfcheetah-medium-expert": (3e-5, 0.8, False),
+    "halfcheetah-random": (3e-5, 0.8, False),
+}
+
+_ENSEMBLE_PAPER = {"num_members": 128, "num_elites": 100, "layer_norm": True, "hidden_dims": (200, 200, 200, 200)}
+_ENSEMBLE_QUICK = {"num_members": 20, "num_elites": 16, "layer_norm": True, "hidden_dims": (200, 200, 200, 200)}
+
+BASE: dict[tuple[str, str], dict[str, Any]] = {
+    ("neubay", "paper"): {
+        "neubay": {"parallel_scan": True},  # otherwise NeubayConfig's defaults are the paper's
+        "ensemble": dict(_ENSEMBLE_PAPER),
+        "fit": {"holdout_ratio": 0.2, "max_holdout": 1000, "patience": 5, "min_improvement": 0.01,
+                "batch_size": 256, "learning_rate": 1e-3},
+        "imagination": {"per_seed_model": True},
+        "schedule": {"epochs": 2000, "updates_per_epoch": 1000, "eval_every": 20, "eval_episodes": 20},
+    },
+    ("neubay", "quick"): {
+        "neubay": {
+            "d_model": 128,
+            "d_hidden": 64,
+            "num_sequences": 4,
+            "sequence_length": 64,
+            "warmup_length": 64,
+            "parallel_size": 50,
+            "utd": 0.01,
+            "tape_capacity": 2000,
+            "threshold_rows": 100_000,
+        },
+        "ensemble": dict(_ENSEMBLE_QUICK),
+        "fit": {"max_seconds": 300.0, "max_epochs": 60},
+        "schedule": {"epochs": 40, "updates_per_epoch": 200, "eval_every": 10, "eval_episodes": 5},  # RAVL quick's budget
+    },
+}
+
+
+def per_dataset(dataset: str | None) -> dict[str, Any]:
+    """The per-dataset overrides for a dataset name such as `hopper-medium` (empty when unknown)."""
+    if dataset not in PER_DATASET:
+        return {}
+    encoder_lr, real_weight, fixed_alpha = PER_DATASET[dataset]
+    values: dict[str, Any] = {"critic_encoder_lr": encoder_lr, "actor_encoder_lr": encoder_lr, "real_weight": real_weight}
+    if fixed_alpha:
+        values["target_entropy_ratio"] = None
+    return {"neubay": values}

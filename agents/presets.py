@@ -1,0 +1,154 @@
+"""Presets as data: per-algorithm, per-dataset hyperparameters in a `paper` and a `quick` version.
+
+A preset is a nested dict of overrides, keyed like the sections of `mbrl.config.TrainConfig`
+(`sac`, `bc`, `mopo`, `imagination`, `schedule`, `ensemble`, `fit`). `mbrl.config` applies them in
+order: the algorithm's base preset, then its per-dataset entry. No code path depends on a name here.
+
+`paper`: the published settings. `quick`: sized to finish `mbrl train` (dataset make, model fit,
+training, evaluation) on 2 CPU cores within 20 minutes; the fewer updates are the only intended change
+of substance, the rest (smaller rollout batches, a fit time budget) keeps the ratios of the paper.
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+from agents import neubay_presets
+
+ALGOS: tuple[str, ...] = ("ravl", "mopo", "bc", "neubay")
+PRESETS: tuple[str, ...] = ("quick", "paper")
+
+# MOPO's published per-dataset (rollout length h, penalty λ): tianheyu927/mopo,
+# examples/config/d4rl/<task>_<level>.py (`rollout_length`, `penalty_coeff`); MOPO's "mixed" is D4RL's
+# medium-replay.
+MOPO_HORIZON_PENALTY: dict[str, tuple[int, float]] = {
+    "hopper-medium": (5, 5.0),
+    "hopper-medium-replay": (5, 1.0),
+    "hopper-medium-expert": (5, 1.0),
+    "walker2d-medium": (5, 5.0),
+    "walker2d-medium-replay": (1, 1.0),
+    "walker2d-medium-expert": (1, 2.0),
+    "halfcheetah-medium": (1, 1.0),
+    "halfcheetah-medium-replay": (5, 1.0),
+    "halfcheetah-medium-expert": (5, 1.0),
+}
+# OfflineRL-Kit run_example/run_mopo.py defaults, for datasets MOPO did not publish.
+MOPO_DEFAULT_HORIZON_PENALTY = (5, 0.5)
+
+# The settings every model-based agent shares in the papers: 7 members / 5 elites (MOPO base.py
+# `num_networks`, `num_elites`), 50,000 rollouts per 1,000 updates, 5 epochs of model data retained,
+# 5% real data in each batch (MOPO base.py `rollout_batch_size`, `model_retain_epochs`, `real_ratio`;
+# RAVL anyasims/edge-of-reach train_ravl_agent.py `rollouts_per_epoch`, `buffer_retain_epochs`,
+# `dataset_ratio`).
+_IMAGINATION_PAPER = {"rollouts_per_epoch": 50_000, "retain_epochs": 5, "real_ratio": 0.05, "horizon": 5}
+
+# The quick versions: a model fit capped at a time budget, 5x fewer rollouts per epoch and 5x fewer
+# updates per epoch (same rollouts-per-update ratio), evaluation on the real env every few epochs.
+_IMAGINATION_QUICK = {"rollouts_per_epoch": 10_000, "retain_epochs": 5, "real_ratio": 0.05, "horizon": 5}
+_FIT_QUICK = {"max_seconds": 150.0, "max_epochs": 60}
+
+BASE: dict[tuple[str, str], dict[str, Any]] = {
+    # RAVL (Sims et al. 2024) defaults: anyasims/edge-of-reach train_ravl_agent.py TrainConfig:
+    # num_critics 10, 3 hidden layers of 256 (VectorizedCritic), eta 1.0, lr 3e-4 (actor, critic, alpha),
+    # batch 256, gamma 0.99, tau 5e-3, auto alpha, steps_k 5, 3,000 epochs of 1,000 updates. That repo
+    # has no per-dataset configs: its README and CLI defaults use these values for every dataset.
+    ("ravl", "paper"): {
+        "sac": {
+            "num_critics": 10,
+            "hidden_sizes": (256, 256, 256),
+            "eta": 1.0,
+            "actor_lr": 3e-4,
+            "critic_lr": 3e-4,
+            "alpha_lr": 3e-4,
+            "batch_size": 256,
+            "gamma": 0.99,
+            "tau": 5e-3,
+        },
+        "imagination": dict(_IMAGINATION_PAPER),
+        "schedule": {"epochs": 3000, "updates_per_epoch": 1000, "eval_every": 10, "eval_episodes": 10},
+    },
+    ("ravl", "quick"): {
+        "sac": {
+            "num_critics": 10,
+            "hidden_sizes": (256, 256, 256),
+            "eta": 1.0,
+            "actor_lr": 3e-4,
+            "critic_lr": 3e-4,
+            "alpha_lr": 3e-4,
+            "batch_size": 256,
+            "gamma": 0.99,
+            "tau": 5e-3,
+        },
+        "imagination": dict(_IMAGINATION_QUICK),
+        "schedule": {"epochs": 40, "updates_per_epoch": 200, "eval_every": 10, "eval_episodes": 5},
+        "fit": dict(_FIT_QUICK),
+    },
+    # MOPO (Yu et al. 2020) on OfflineRL-Kit's SAC settings (run_example/run_mopo.py): 2 critics of
+    # 2x256, actor lr 1e-4, critic lr 3e-4, alpha lr 1e-4, batch 256, gamma 0.99, tau 5e-3, 3,000 epochs
+    # of 1,000 updates; the penalty is MOPO's max-over-members ||sigma|| (`aleatoric_max`).
+    ("mopo", "paper"): {
+        "sac": {
+            "num_critics": 2,
+            "hidden_sizes": (256, 256),
+            "eta": 0.0,
+            "actor_lr": 1e-4,
+            "critic_lr": 3e-4,
+            "alpha_lr": 1e-4,
+            "batch_size": 256,
+            "gamma": 0.99,
+            "tau": 5e-3,
+        },
+        "mopo": {"uncertainty": "aleatoric_max"},
+        "imagination": dict(_IMAGINATION_PAPER),
+        "schedule": {"epochs": 3000, "updates_per_epoch": 1000, "eval_every": 10, "eval_episodes": 10},
+    },
+    ("mopo", "quick"): {
+        "sac": {
+            "num_critics": 2,
+            "hidden_sizes": (256, 256),
+            "eta": 0.0,
+            "actor_lr": 1e-4,
+            "critic_lr": 3e-4,
+            "alpha_lr": 1e-4,
+            "batch_size": 256,
+            "gamma": 0.99,
+            "tau": 5e-3,
+        },
+        "mopo": {"uncertainty": "aleatoric_max"},
+        "imagination": dict(_IMAGINATION_QUICK),
+        "schedule": {"epochs": 40, "updates_per_epoch": 500, "eval_every": 10, "eval_episodes": 5},
+        "fit": dict(_FIT_QUICK),
+    },
+    # BC: OfflineRL-Kit run_example/run_bc.py: a deterministic 2x256 actor, lr 3e-4, batch 256,
+    # 200 epochs of 1,000 steps, on the real data only.
+    ("bc", "paper"): {
+        "bc": {"hidden_sizes": (256, 256), "learning_rate": 3e-4, "batch_size": 256},
+        "schedule": {"epochs": 200, "updates_per_epoch": 1000, "eval_every": 10, "eval_episodes": 10},
+    },
+    ("bc", "quick"): {
+        "bc": {"hidden_sizes": (256, 256), "learning_rate": 3e-4, "batch_size": 256},
+        "schedule": {"epochs": 20, "updates_per_epoch": 1000, "eval_every": 5, "eval_episodes": 5},
+    },
+}
+
+
+BASE.update(neubay_presets.BASE)  # NEUBAY's presets live in agents/neubay_presets.py
+
+
+def per_dataset(algo: str, dataset: str | None) -> dict[str, Any]:
+    """The per-dataset overrides of `algo` for a dataset name such as `hopper-medium` (may be empty)."""
+    if algo == "neubay":
+        return neubay_presets.per_dataset(dataset)
+    if algo != "mopo":
+        return {}
+    horizon, penalty = MOPO_HORIZON_PENALTY.get(dataset or "", MOPO_DEFAULT_HORIZON_PENALTY)
+    return {"imagination": {"horizon": horizon}, "mopo": {"penalty_coef": penalty}}
+
+
+def preset(algo: str, name: str, dataset: str | None = None) -> dict[str, Any]:
+    """The nested overrides of preset `name` for `algo` on `dataset` (a fresh copy)."""
+    out = copy.deepcopy(BASE[(algo, name)])
+    for section, values in per_dataset(algo, dataset).items():
+        out.setdefault(section, {}).update(values)
+    return out

@@ -1,0 +1,155 @@
+"""A reference robot-side server for the UDP protocol (`envs.robots.udp`): a Gymnasium MuJoCo env in its own process.
+
+    python -m envs.robots.sim_server --env Hopper-v5 --port 5555 [--max-episode-steps N] [--log events.jsonl]
+
+It prints `listening on HOST:PORT` once it is ready (`--port 0` picks a free port and prints it). Each
+ACTION steps the env once and is answered with the next observation, its reward and end flags, so a
+deterministic policy and env seed give the same episode as an in-process evaluation. `--stop-after N`
+stops answering after N steps of an episode (a dead sensor, to test the controller's watchdog).
+Events (hello, reset, stop, bye, errors) go to `--log` as JSON lines.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import signal
+import socket
+import sys
+import time
+
+import numpy as np
+
+from envs.robots.udp import ACK, ACTION, BYE, ERROR, HELLO, MAX_DATAGRAM, OBS, RESET, SPEC, STOP, TERMINATED, TRUNCATED, Message
+
+
+class SimServer:
+    def __init__(self, env_id: str, host: str, port: int, max_episode_steps: int | None = None,
+                 stop_after: int | None = None, log_path: str | None = None):
+        import gymnasium
+
+        kwargs = {} if max_episode_steps is None else {"max_episode_steps": max_episode_steps}
+        self.env = gymnasium.make(env_id, **kwargs)
+        self.low = self.env.action_space.low.astype(np.float64)
+        self.high = self.env.action_space.high.astype(np.float64)
+        self.obs_dim = int(np.prod(self.env.observation_space.shape))
+        self.act_dim = int(np.prod(self.env.action_space.shape))
+        self.stop_after = stop_after
+        self.sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_DGRAM)
+        self.sock.bind((host, port))
+        self.address = self.sock.getsockname()[:2]
+        self.log = open(log_path, "a") if log_path else None
+        self.client = None
+        self.step = 0
+        self.stopped = True  # until the first RESET
+        self.last_reply: Message | None = None
+
+    def event(self, name: str, **fields) -> None:
+        if self.log is not None:
+            self.log.write(json.dumps({"event": name, "time": time.time(), **fields}) + "\n")
+            self.log.flush()
+
+    def reply(self, message: Message, address) -> None:
+        self.sock.sendto(message.encode(), address)
+
+    def error(self, text: str, address) -> None:
+        self.event("error", message=text)
+        self.reply(Message(ERROR, payload=text.encode()), address)
+
+    def observation(self, obs, reward=0.0, terminated=False, truncated=False) -> Message:
+        flags = (TERMINATED if terminated else 0) | (TRUNCATED if truncated else 0)
+        return Message(OBS, seq=self.step, flags=flags, stamp=time.monotonic(), reward=float(reward),
+                       payload=np.asarray(obs, np.float64).reshape(-1))
+
+    def handle(self, message: Message, address) -> None:
+        if message.kind == HELLO:
+            self.client = address
+            self.event("hello", client=list(address))
+            spec = np.concatenate([[self.obs_dim, self.act_dim], self.low, self.high])
+            self.reply(Message(SPEC, payload=spec), address)
+            return
+        if address != self.client:
+            self.error("say HELLO first: this server serves the last client that did", address)
+            return
+        if message.kind == RESET:
+            seed = int(message.payload[0]) if len(message.payload) else None
+            obs, _ = self.env.reset(seed=seed)
+            self.step, self.stopped = 0, False
+            self.event("reset", seed=seed)
+            self.last_reply = self.observation(obs)
+            self.reply(self.last_reply, address)
+        elif message.kind == ACTION:
+            if self.stopped:
+                return  # holding the safe command until the next RESET
+            if message.seq == self.step - 1 and self.last_reply is not None:
+                self.reply(self.last_reply, address)  # our reply was lost; do not step twice
+                return
+            if message.seq != self.step:
+                self.error(f"ACTION for step {message.seq}, expected step {self.step}", address)
+                return
+            if len(message.payload) != self.act_dim:
+                self.error(f"ACTION with {len(message.payload)} values, this robot has {self.act_dim} actuators", address)
+                return
+            obs, reward, terminated, truncated, _ = self.env.step(np.clip(message.payload, self.low, self.high))
+            self.step += 1
+            self.last_reply = self.observation(obs, reward, terminated, truncated)
+            if self.stop_after is None or self.step <= self.stop_after:
+                self.reply(self.last_reply, address)
+        elif message.kind == STOP:
+            self.stopped = True
+            self.event("stop", step=self.step)
+            self.reply(Message(ACK), address)
+        elif message.kind == BYE:
+            self.event("bye")
+            self.client = None
+        else:
+            self.error(f"unexpected message kind {message.kind}", address)
+
+    def serve(self) -> None:
+        while True:
+            data, address = self.sock.recvfrom(MAX_DATAGRAM)
+            try:
+                message = Message.decode(data)
+            except ValueError as exc:
+                self.error(f"a datagram outside the protocol: {exc}", address)
+                continue
+            self.handle(message, address)
+
+    def close(self) -> None:
+        self.sock.close()
+        self.env.close()
+        if self.log is not None:
+            self.log.close()
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m envs.robots.sim_server", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--env", default="Hopper-v5", help="a Gymnasium env id (default Hopper-v5)")
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=5555, help="0: any free port (printed)")
+    parser.add_argument("--max-episode-steps", type=int, default=None)
+    parser.add_argument("--stop-after", type=int, default=None, help="stop answering after N steps of an episode")
+    parser.add_argument("--log", default=None, help="append events as JSON lines to this file")
+    args = parser.parse_args(argv)
+    try:
+        server = SimServer(args.env, args.host, args.port, args.max_episode_steps, args.stop_after, args.log)
+    except Exception as exc:  # a bad env id or a port in use: one line, exit 2
+        print(f"sim_server: error: {' '.join(str(exc).split())}", file=sys.stderr)
+        return 2
+
+    def terminate(signum, frame):
+        raise SystemExit(0)
+
+    signal.signal(signal.SIGTERM, terminate)
+    print(f"listening on {server.address[0]}:{server.address[1]}", flush=True)
+    try:
+        server.serve()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        server.close()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

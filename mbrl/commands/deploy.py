@@ -1,0 +1,154 @@
+"""`mbrl deploy EXPORT --robot URI`: run an exported policy on a robot through the safety layer.
+
+URI: `mujoco:ENV_ID` (a Gymnasium MuJoCo env in this process), `udp://HOST:PORT` (a robot speaking
+the protocol of `envs.robots.udp`, such as `python -m envs.robots.sim_server`), `ros2:PREFIX`
+(JointState in, Float64MultiArray out; needs rclpy).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import re
+from pathlib import Path
+from typing import Annotated
+
+import numpy as np
+import tyro
+
+from mbrl.errors import ConfigError, UserError
+
+
+class DeployError(UserError):
+    """The export and the robot do not fit together."""
+
+
+@dataclasses.dataclass(frozen=True)
+class DeployArgs:
+    export: Annotated[tyro.conf.Positional[Path], tyro.conf.arg(metavar="EXPORT")]
+    """A folder written by `mbrl export` (policy.onnx + policy.json)."""
+    robot: str
+    """mujoco:ENV_ID | udp://HOST:PORT | ros2:PREFIX"""
+    episodes: int = 1
+    """Episodes to run; episode i starts with seed + i (simulated robots)."""
+    rate: float | None = None
+    """Control rate in Hz (default: the export's control rate); 0 runs unpaced, as fast as the robot answers."""
+    seed: int = 0
+    """The seed of episode 0 (simulated robots) and of the observation noise."""
+    max_steps: int | None = None
+    """Stop each episode after this many ticks (default: when the robot ends it)."""
+    max_delta: float | None = 0.5
+    """Largest change of a command per tick, as a fraction of the action range; None: no rate limit."""
+    max_stale_ticks: int = 2
+    """Ticks in a row without a new observation before the watchdog stops the robot safely."""
+    max_obs_age: float | None = None
+    """Seconds after which an observation counts as stale even if it is new to the controller (default: off)."""
+    obs_timeout: float | None = None
+    """UDP/ROS 2: seconds to wait for a new observation each tick (default: half a period; 1 s unpaced)."""
+    log: Path | None = None
+    """Per-tick JSON lines (default: EXPORT/deploy/ROBOT-TIME.jsonl)."""
+    max_episode_steps: int | None = None
+    """mujoco: the env's time limit (default: the env's own)."""
+    obs_latency: int = 0
+    """mujoco: the policy sees the observation of this many steps ago."""
+    obs_noise: float = 0.0
+    """mujoco: standard deviation of Gaussian noise added to observations."""
+    action_delay: int = 0
+    """mujoco: a command takes effect this many steps after it was sent."""
+
+
+def make_robot(uri: str, args: DeployArgs, description: dict, period: float | None):
+    """The adapter for a robot URI; ConfigError for an unknown one."""
+    obs_timeout = args.obs_timeout if args.obs_timeout is not None else (0.5 * period if period else 1.0)
+    if uri.startswith("mujoco:"):
+        from envs.robots.mujoco import MujocoRobot
+
+        env_id = uri.removeprefix("mujoco:")
+        if not env_id:
+            raise ConfigError(f"--robot {uri!r}: expected mujoco:ENV_ID, such as mujoco:Hopper-v5")
+        return MujocoRobot(env_id, max_episode_steps=args.max_episode_steps, obs_latency=args.obs_latency,
+                           obs_noise=args.obs_noise, action_delay=args.action_delay, noise_seed=args.seed)
+    simulated_only = {"--max-episode-steps": args.max_episode_steps is not None, "--obs-latency": args.obs_latency != 0,
+                      "--obs-noise": args.obs_noise != 0.0, "--action-delay": args.action_delay != 0}
+    given = [name for name, set_ in simulated_only.items() if set_]
+    if given and (uri.startswith("udp://") or uri.startswith("ros2:")):
+        raise ConfigError(f"{', '.join(given)}: only for --robot mujoco:ENV_ID, found --robot {uri}")
+    if uri.startswith("udp://"):
+        from envs.robots.udp import UdpRobot, parse_address
+
+        return UdpRobot(*parse_address(uri), obs_timeout=obs_timeout)
+    if uri.startswith("ros2:"):
+        from envs.robots.ros2 import Ros2Robot
+
+        prefix = uri.removeprefix("ros2:")
+        if not prefix.strip("/"):
+            raise ConfigError(f"--robot {uri!r}: expected ros2:TOPIC_PREFIX, such as ros2:/my_robot")
+        return Ros2Robot(prefix, description["observation"]["dim"], description["action"]["low"],
+                         description["action"]["high"], obs_timeout=obs_timeout)
+    raise ConfigError(f"--robot {uri!r}: unknown robot; expected mujoco:ENV_ID, udp://HOST:PORT or ros2:PREFIX")
+
+
+def check_fit(runner, robot) -> tuple[np.ndarray, np.ndarray]:
+    """The command bounds both agree on; DeployError when the dims differ or the bounds do not overlap."""
+    where = f"export {runner.export_dir} and robot {robot.name}"
+    if robot.obs_dim != runner.obs_dim:
+        raise DeployError(f"{where}: the policy takes observations of dim {runner.obs_dim}, the robot gives {robot.obs_dim}")
+    if robot.act_dim != runner.act_dim:
+        raise DeployError(f"{where}: the policy gives actions of dim {runner.act_dim}, the robot takes {robot.act_dim}")
+    low = np.maximum(runner.action_low, robot.action_low)
+    high = np.minimum(runner.action_high, robot.action_high)
+    if not np.all(low < high):
+        raise DeployError(f"{where}: the action bounds do not overlap (policy {runner.action_low.tolist()}..{runner.action_high.tolist()}, "
+                          f"robot {robot.action_low.tolist()}..{robot.action_high.tolist()})")
+    return low, high
+
+
+def _default_log(export: Path, uri: str) -> Path:
+    stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
+    return export / "deploy" / f"{re.sub(r'[^A-Za-z0-9.-]+', '_', uri)}-{stamp}.jsonl"
+
+
+def deploy(args: DeployArgs) -> int:
+    from envs.robots.loop import ControlLoop
+    from envs.robots.runner import PolicyRunner
+    from envs.robots.safety import SafetyConfig, SafetyLayer
+
+    if args.episodes < 1:
+        raise ConfigError(f"--episodes: expected a positive int, found {args.episodes}")
+    if args.rate is not None and args.rate < 0:
+        raise ConfigError(f"--rate: expected Hz >= 0 (0: unpaced), found {args.rate}")
+    runner = PolicyRunner(args.export)
+    rate = args.rate if args.rate is not None else (runner.control_rate_hz or 50.0)
+    period = 1.0 / rate if rate else None
+    safety_config = SafetyConfig(max_delta=args.max_delta, max_stale_ticks=args.max_stale_ticks,
+                                 max_obs_age_s=args.max_obs_age)
+    robot = make_robot(args.robot, args, runner.description, period)
+    robot.connect()
+    try:
+        low, high = check_fit(runner, robot)
+    except BaseException:
+        robot.disconnect()
+        raise
+    log_path = args.log if args.log is not None else _default_log(Path(args.export), args.robot)
+    loop = ControlLoop(robot, runner, SafetyLayer(low, high, safety_config), rate or None, log_path)
+    summary = loop.run(episodes=args.episodes, seed=args.seed, max_steps=args.max_steps, connect=False)
+    _print_summary(summary, log_path)
+    if summary["stop_reason"] == "watchdog":
+        print(f"deploy: the watchdog stopped {robot.name}: no new observation for {args.max_stale_ticks} ticks")
+        return 1
+    return 0
+
+
+def _print_summary(summary: dict, log_path: Path) -> None:
+    episodes = summary["episodes"]
+    print(f"deploy on {summary['robot']}: {len(episodes)} episode(s), {summary['ticks']} ticks, stop: {summary['stop_reason']}")
+    if episodes:
+        returns = np.asarray([e["return"] for e in episodes])
+        print(f"return {returns.mean():.2f} ± {returns.std():.2f} (per episode: {', '.join(f'{r:.2f}' for r in returns)})")
+    rate = f"{summary['rate_hz']:.1f} Hz" if summary["rate_hz"] else "unpaced"
+    lat = summary["latency_ms"]
+    print(f"rate {rate} (achieved {summary['achieved_hz']} Hz), overruns {summary['overruns']}, "
+          f"latency ms p50 {lat['p50']:.3f} p99 {lat['p99']:.3f} max {lat['max']:.3f}")
+    events = ", ".join(f"{k} {v}" for k, v in sorted(summary["events"].items())) or "none"
+    print(f"safety events: {events}")
+    print(f"log: {log_path}")

@@ -1,0 +1,34 @@
+"""`mbrl export RUN_DIR [--out DIR]`: write a deployable policy (policy.onnx, policy.jax, policy.json)."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+from typing import Annotated
+
+import tyro
+
+
+@dataclasses.dataclass(frozen=True)
+class ExportArgs:
+    run_dir: Annotated[tyro.conf.Positional[Path], tyro.conf.arg(metavar="RUN_DIR")]
+    """A run directory written by `mbrl train`."""
+    out: Path | None = None
+    """Where to write the export (default: RUN_DIR/export); replaced as a whole if it exists."""
+    seed_index: int = 0
+    """Which of the run's training seeds to export (0: the first), for runs with --seeds N."""
+
+
+def export(args: ExportArgs) -> int:
+    from mbrl.export import export_policy, verify_export
+    from mbrl.export_run import load_policy_from_run
+
+    spec = load_policy_from_run(args.run_dir, seed_index=args.seed_index)
+    out = Path(args.out) if args.out is not None else Path(args.run_dir) / "export"
+    out = export_policy(spec, out)
+    worst = verify_export(spec, out)
+    print(f"wrote {out}: policy.onnx, policy.jax, policy.json ({spec.metadata.get('algo')} on {spec.dataset}, "
+          f"obs {spec.obs_dim}, action {spec.act_dim}, {spec.control_rate_hz or 'unknown'} Hz)")
+    print(f"onnxruntime vs JAX: max |Δaction| {worst:.1e} on random and out-of-range observations")
+    print(f"deploy it: mbrl deploy {out} --robot mujoco:{spec.env_id or 'ENV_ID'}   (or udp://HOST:PORT, ros2:PREFIX)")
+    return 0

@@ -1,0 +1,319 @@
+"""Export a trained policy as a self-contained folder a robot can run without the training code.
+
+The input is a `PolicySpec`: an explicit description of the deterministic policy (the actor's apply
+function and parameters, the observation normalizer, the action bounds, names, control rate and
+where it came from). `export_policy` writes, atomically (a temporary folder renamed into place):
+
+- `policy.onnx`: obs -> action with the observation envelope (clip), the normalizer, the action
+  rescaling and the action clipping baked into the graph (as Isaac Lab's exporter bakes its
+  normalizer), with a dynamic batch axis, opset 18.
+  Input `obs` float32 (batch, obs_dim); output `action` float32 (batch, act_dim). A recurrent policy
+  adds input `state_in` and output `state_out`, float32 (batch, state_dim), zeros at episode start.
+- `policy.jax`: the same function serialized with `jax.export` (a symbolic batch axis, lowered for CPU
+  and CUDA). It runs in any process with jax installed and nothing of this project:
+
+      exported = jax.export.deserialize(bytearray(open("policy.jax", "rb").read()))
+      action = exported.call(obs)                      # obs: float32 (batch, obs_dim)
+      action, state = exported.call(obs, state)        # recurrent
+
+- `policy.json`: observation and action names, dims and bounds, the normalizer, the control rate, the
+  env, dataset and run ids, `params_sha256` (sha256 of the parameter bytes, leaves in pytree order),
+  sha256 of both model files, and the framework version.
+
+`mbrl.export_run.load_policy_from_run(run_dir)` builds the PolicySpec of a run written by `mbrl train`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import hashlib
+import json
+import shutil
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from envs.robots.export_format import FORMAT, FORMAT_VERSION, JAX_FILE, JSON_FILE, ONNX_FILE, ExportError
+
+JAX_PLATFORMS = ("cpu", "cuda")
+OBS_CLIP_STD = 10.0
+
+
+def observation_envelope(observations, num_std: float = OBS_CLIP_STD, min_std: float = 1e-3) -> tuple[np.ndarray, np.ndarray]:
+    """(low, high) = mean ± num_std * std per dimension of `observations` (N, obs_dim); std floored at min_std."""
+    observations = np.asarray(observations, np.float64)
+    mean, std = observations.mean(axis=0), np.maximum(observations.std(axis=0), min_std)
+    return (mean - num_std * std).astype(np.float32), (mean + num_std * std).astype(np.float32)
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class PolicySpec:
+    """A deterministic policy, described explicitly enough to be exported.
+
+    apply_fn(params, obs) -> u, or apply_fn(params, obs, state) -> (u, new_state) when state_dim > 0.
+        `obs` is ONE normalized observation (obs_dim,); `u` is the squashed action in [-1, 1]^act_dim
+        (for SAC-style actors tanh of the mean, as `SACN.act(..., deterministic=True)` returns).
+    obs_mean / obs_std: the normalizer, obs_n = (obs - mean) / std; None for an agent without one.
+    obs_low / obs_high: the raw observation is clipped into this envelope first, so that an observation
+        far outside the training data cannot drive the network into regions it never saw (and float32
+        round-off stays small). Default with a normalizer: mean ± 10 std (Stable-Baselines3's
+        VecNormalize clips normalized observations at 10 by default); without one: no envelope.
+        `observation_envelope(dataset_obs)` makes one from data.
+    action_low / action_high: the robot's bounds; the exported action is always clipped to them.
+    rescale_actions: map u from [-1, 1] onto [low, high] (True), or take u in the robot's units and
+        only clip (False: the agents of this project act directly in the dataset's units).
+    """
+
+    apply_fn: Callable
+    params: Any
+    obs_dim: int
+    act_dim: int
+    action_low: Any
+    action_high: Any
+    obs_mean: Any = None
+    obs_std: Any = None
+    obs_low: Any = None
+    obs_high: Any = None
+    rescale_actions: bool = True
+    state_dim: int = 0
+    obs_names: tuple[str, ...] | None = None
+    action_names: tuple[str, ...] | None = None
+    control_rate_hz: float | None = None
+    env_id: str | None = None
+    dataset: str | None = None
+    run_id: str | None = None
+    metadata: dict = dataclasses.field(default_factory=dict)
+
+    def __post_init__(self):
+        def vector(name, value, dim):
+            array = np.broadcast_to(np.asarray(value, np.float32), (dim,)).copy() if value is not None else None
+            if array is not None and not np.all(np.isfinite(array)):
+                raise ExportError(f"policy spec: {name} must be finite, found {array.tolist()}")
+            object.__setattr__(self, name, array)
+
+        for name in ("obs_dim", "act_dim"):
+            if not isinstance(getattr(self, name), (int, np.integer)) or getattr(self, name) < 1:
+                raise ExportError(f"policy spec: {name} must be a positive int, found {getattr(self, name)!r}")
+        vector("action_low", self.action_low, self.act_dim)
+        vector("action_high", self.action_high, self.act_dim)
+        vector("obs_mean", self.obs_mean, self.obs_dim)
+        vector("obs_std", self.obs_std, self.obs_dim)
+        if not np.all(self.action_low < self.action_high):
+            raise ExportError(f"policy spec: action_low {self.action_low.tolist()} must be below action_high {self.action_high.tolist()}")
+        if (self.obs_mean is None) != (self.obs_std is None):
+            raise ExportError("policy spec: give both obs_mean and obs_std, or neither")
+        if self.obs_std is not None and not np.all(self.obs_std > 0):
+            raise ExportError(f"policy spec: obs_std must be > 0, found {self.obs_std.tolist()}")
+        if (self.obs_low is None) != (self.obs_high is None):
+            raise ExportError("policy spec: give both obs_low and obs_high, or neither")
+        if self.obs_low is None and self.obs_mean is not None:
+            object.__setattr__(self, "obs_low", self.obs_mean - OBS_CLIP_STD * self.obs_std)
+            object.__setattr__(self, "obs_high", self.obs_mean + OBS_CLIP_STD * self.obs_std)
+        vector("obs_low", self.obs_low, self.obs_dim)
+        vector("obs_high", self.obs_high, self.obs_dim)
+        if self.obs_low is not None and not np.all(self.obs_low <= self.obs_high):
+            raise ExportError(f"policy spec: obs_low {self.obs_low.tolist()} must not exceed obs_high {self.obs_high.tolist()}")
+        names = {"obs_names": self.obs_dim, "action_names": self.act_dim}
+        for name, dim in names.items():
+            value = getattr(self, name)
+            prefix = "obs" if name == "obs_names" else "action"
+            value = tuple(f"{prefix}_{i}" for i in range(dim)) if value is None else tuple(str(v) for v in value)
+            if len(value) != dim:
+                raise ExportError(f"policy spec: {name} has {len(value)} names, expected {dim}")
+            object.__setattr__(self, name, value)
+
+
+def policy_function(spec: PolicySpec) -> Callable:
+    """The per-sample deterministic policy: raw obs (and state) -> action in the robot's units (and state)."""
+    import jax.numpy as jnp
+
+    low, high = spec.action_low, spec.action_high
+
+    def normalize(obs):
+        if spec.obs_low is not None:
+            obs = jnp.clip(obs, spec.obs_low, spec.obs_high)
+        if spec.obs_mean is not None:
+            obs = (obs - spec.obs_mean) / spec.obs_std
+        return obs
+
+    def to_action(u):
+        if spec.rescale_actions:
+            u = low + (u + 1.0) * (0.5 * (high - low))
+        return jnp.clip(u, low, high)
+
+    if spec.state_dim:
+
+        def recurrent(obs, state):
+            u, new_state = spec.apply_fn(spec.params, normalize(obs), state)
+            return to_action(u), new_state
+
+        return recurrent
+    return lambda obs: to_action(spec.apply_fn(spec.params, normalize(obs)))
+
+
+def params_sha256(params) -> str:
+    """sha256 of the parameter bytes: every leaf as little-endian C-order bytes, in pytree order."""
+    import jax
+
+    digest = hashlib.sha256()
+    for leaf in jax.tree.leaves(params):
+        array = np.ascontiguousarray(np.asarray(leaf))
+        digest.update(array.astype(array.dtype.newbyteorder("<"), copy=False).tobytes())
+    return digest.hexdigest()
+
+
+def _example_inputs(spec: PolicySpec) -> list[np.ndarray]:
+    inputs = [np.zeros(spec.obs_dim, np.float32)]
+    if spec.state_dim:
+        inputs.append(np.zeros(spec.state_dim, np.float32))
+    return inputs
+
+
+def _io_names(spec: PolicySpec) -> tuple[list[str], list[str]]:
+    if spec.state_dim:
+        return ["obs", "state_in"], ["action", "state_out"]
+    return ["obs"], ["action"]
+
+
+def _check_outputs(spec: PolicySpec) -> None:
+    """apply_fn on one observation gives (act_dim,) (and (state_dim,)): a clear error before any tracing deeper down."""
+    import jax
+
+    try:
+        out = jax.eval_shape(lambda *xs: spec.apply_fn(spec.params, *xs), *_example_inputs(spec))
+    except Exception as exc:  # any tracing error of user code: report it in one line
+        raise ExportError(f"policy spec: apply_fn fails on one observation of shape ({spec.obs_dim},): "
+                          f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}") from None
+    outs = out if isinstance(out, tuple) else (out,)
+    expected = [(spec.act_dim,)] + ([(spec.state_dim,)] if spec.state_dim else [])
+    found = [tuple(getattr(o, "shape", ())) for o in outs]
+    if found != expected:
+        raise ExportError(f"policy spec: apply_fn returns shapes {found} for one observation, expected {expected}")
+
+
+def export_jax(spec: PolicySpec) -> tuple[bytes, list[str]]:
+    """`jax.export` bytes of the batched policy, and the platforms it was lowered for."""
+    import jax
+
+    fn = policy_function(spec)
+    (batch,) = jax.export.symbolic_shape("batch")
+    args = [jax.ShapeDtypeStruct((batch, *x.shape), np.float32) for x in _example_inputs(spec)]
+    batched = jax.jit(jax.vmap(fn))
+    try:
+        exported = jax.export.export(batched, platforms=JAX_PLATFORMS)(*args)
+    except Exception:  # a jaxlib without CUDA lowering rules: a CPU-only artifact is still useful
+        exported = jax.export.export(batched, platforms=("cpu",))(*args)
+    return bytes(exported.serialize()), list(exported.platforms)
+
+
+def describe(spec: PolicySpec, files: dict[str, bytes], platforms: list[str]) -> dict:
+    """The content of policy.json."""
+    from mbrl import __version__
+    from mbrl.export_onnx import OPSET
+
+    inputs, outputs = _io_names(spec)
+    normalizer = None
+    if spec.obs_mean is not None:
+        normalizer = {"mean": spec.obs_mean.tolist(), "std": spec.obs_std.tolist()}
+    return {
+        "format": FORMAT,
+        "format_version": FORMAT_VERSION,
+        "framework": "offline-mbrl",
+        "framework_version": __version__,
+        "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "env_id": spec.env_id,
+        "dataset": spec.dataset,
+        "run_id": spec.run_id,
+        "control_rate_hz": spec.control_rate_hz,
+        "observation": {
+            "dim": spec.obs_dim,
+            "names": list(spec.obs_names),
+            "normalizer": normalizer,
+            "low": None if spec.obs_low is None else spec.obs_low.tolist(),
+            "high": None if spec.obs_high is None else spec.obs_high.tolist(),
+        },
+        "action": {
+            "dim": spec.act_dim,
+            "names": list(spec.action_names),
+            "low": spec.action_low.tolist(),
+            "high": spec.action_high.tolist(),
+            "rescaled_from_unit_range": spec.rescale_actions,
+        },
+        "state": {"dim": spec.state_dim, "initial": "zeros"} if spec.state_dim else None,
+        "params_sha256": params_sha256(spec.params),
+        "files": {name: {"sha256": hashlib.sha256(data).hexdigest()} for name, data in files.items()},
+        "onnx": {"inputs": inputs, "outputs": outputs, "opset": OPSET},
+        "jax": {"platforms": platforms, "inputs": inputs, "outputs": outputs},
+        "metadata": spec.metadata,
+    }
+
+
+def export_policy(spec: PolicySpec, out_dir: str | Path) -> Path:
+    """Write policy.onnx, policy.jax and policy.json into `out_dir` (replaced as a whole, atomically)."""
+    from mbrl.export_onnx import to_onnx
+
+    out_dir = Path(out_dir).absolute()
+    _check_outputs(spec)
+    fn = policy_function(spec)
+    inputs, outputs = _io_names(spec)
+    doc = f"offline-mbrl policy for {spec.env_id or 'a robot'}: raw observation -> clipped action"
+    onnx_bytes = to_onnx(fn, _example_inputs(spec), inputs, outputs, doc=doc).SerializeToString()
+    jax_bytes, platforms = export_jax(spec)
+    files = {ONNX_FILE: onnx_bytes, JAX_FILE: jax_bytes}
+    description = describe(spec, files, platforms)
+
+    if out_dir.exists() and not out_dir.is_dir():
+        raise ExportError(f"{out_dir}: exists and is not a directory; choose another --out")
+    out_dir.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.", dir=out_dir.parent))
+    try:
+        for name, data in files.items():
+            (tmp / name).write_bytes(data)
+        (tmp / JSON_FILE).write_text(json.dumps(description, indent=1) + "\n")
+        old = None
+        if out_dir.exists():
+            old = out_dir.with_name(f".{out_dir.name}.old-{tmp.name[-8:]}")
+            out_dir.rename(old)
+        tmp.rename(out_dir)
+        if old is not None:
+            shutil.rmtree(old, ignore_errors=True)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return out_dir
+
+
+def verify_export(spec: PolicySpec, export_dir: str | Path, count: int = 1000, seed: int = 0) -> float:
+    """Max |action difference| between onnxruntime on policy.onnx and the JAX policy, over `count` observations
+    drawn around the normalizer's range and far outside it. Raises if it exceeds 1e-5 (a translation bug)."""
+    import jax
+
+    from envs.robots.runner import PolicyRunner
+
+    rng = np.random.default_rng(seed)
+    if spec.obs_low is not None:
+        mean, std = (spec.obs_low + spec.obs_high) / 2, (spec.obs_high - spec.obs_low) / (2 * OBS_CLIP_STD)
+    else:
+        mean = spec.obs_mean if spec.obs_mean is not None else np.zeros(spec.obs_dim, np.float32)
+        std = spec.obs_std if spec.obs_std is not None else np.ones(spec.obs_dim, np.float32)
+    # Half around the data, half far outside it (clipped by the envelope; without one, float32 round-off
+    # grows with the input's size, so only moderately large inputs are compared).
+    far = 100.0 if spec.obs_low is not None else 3.0
+    scale = np.where(np.arange(count) % 2 == 0, 1.0, far)[:, None]
+    obs = (mean + std * scale * rng.standard_normal((count, spec.obs_dim))).astype(np.float32)
+    runner = PolicyRunner(export_dir)
+    fn = jax.jit(jax.vmap(policy_function(spec)))
+    if spec.state_dim:
+        state = rng.standard_normal((count, spec.state_dim)).astype(np.float32)
+        runner.set_state(state)
+        expected = np.asarray(fn(obs, state)[0])
+    else:
+        expected = np.asarray(fn(obs))
+    worst = float(np.max(np.abs(runner(obs) - expected)))
+    if not worst <= 1e-5:
+        raise RuntimeError(f"{export_dir}: the ONNX policy differs from the JAX policy by {worst:.2e} (> 1e-5)")
+    return worst

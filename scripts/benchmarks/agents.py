@@ -1,0 +1,174 @@
+"""Agent update throughput, against OfflineRL-Kit's `learn` on the same workloads, and seeds vmapped.
+
+- `sac2_update`: MOPO's SAC update (OfflineRL-Kit `MOPOPolicy.learn`): batch 256 mixed 5% real / 95%
+  model rows, 2 critics and an actor of 2x256, auto-alpha. 124.5 updates/s there on this machine.
+- `edac10_update`: EDAC's update (OfflineRL-Kit `EDACPolicy.learn`): 10 critics of 3x256, η=1,
+  batch 256 from the real data. 15.5 updates/s there.
+- `seeds5_vmapped`: whole training epochs (rollouts, then updates) of 5 seeds in one vmapped program
+  against the same 5 seeds run one after the other.
+
+Updates run as the training loop runs them (`mbrl.train.Trainer`): K updates per compiled call, their
+batches sampled inside it from device buffers of realistic size. Sizes are halfcheetah's (obs 17,
+act 6). FLOPs per update come from XLA's cost analysis of one compiled update (matmuls are all but
+~1% of it); `roofline_fraction` divides the achieved FLOP/s by `matmul_gflops`.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+
+OFFLINERL_KIT_UPDATES_PER_S = {"sac2_update": 124.5, "edac10_update": 15.5}
+TARGETS = {"sac2_update": 4.0, "edac10_update": 1.3, "seeds5_vmapped": 3.0}
+OBS_DIM, ACT_DIM = 17, 6
+
+
+def _config(algo: str, overrides: dict):
+    from mbrl import config as config_io
+
+    return config_io.build(algo, "halfcheetah-medium", "paper", overrides)
+
+
+def _buffers(trainer, real_rows: int, model_rows: int):
+    import jax
+    import jax.numpy as jnp
+
+    from mbrl import replay
+    from mbrl.types import Transitions
+
+    def random_rows(key, rows):
+        k = jax.random.split(key, 4)
+        return Transitions(
+            obs=jax.random.normal(k[0], (rows, OBS_DIM)),
+            action=jax.random.uniform(k[1], (rows, ACT_DIM), minval=-1, maxval=1),
+            reward=jax.random.normal(k[2], (rows,)),
+            next_obs=jax.random.normal(k[3], (rows, OBS_DIM)),
+            terminal=jnp.zeros(rows, bool),
+            timeout=jnp.zeros(rows, bool),
+        )
+
+    real = replay.from_transitions(random_rows(jax.random.PRNGKey(0), real_rows))
+    model = replay.insert(replay.empty(trainer.model_capacity, OBS_DIM, ACT_DIM),
+                          random_rows(jax.random.PRNGKey(1), model_rows), jnp.ones(model_rows, bool))
+    return real, model
+
+
+def update_flops(trainer) -> float:
+    """FLOPs of one update, from XLA's cost analysis of the compiled `agent.update`."""
+    import jax
+    import jax.numpy as jnp
+
+    from mbrl.types import Transitions
+
+    rows = trainer.agent.batch_size
+    batch = Transitions(
+        obs=jnp.zeros((rows, OBS_DIM)), action=jnp.zeros((rows, ACT_DIM)), reward=jnp.zeros(rows),
+        next_obs=jnp.zeros((rows, OBS_DIM)), terminal=jnp.zeros(rows, bool), timeout=jnp.zeros(rows, bool),
+    )
+    state = jax.jit(trainer.agent.init)(jax.random.PRNGKey(0))
+    compiled = jax.jit(trainer.agent.update).lower(state, batch, jax.random.PRNGKey(0)).compile()
+    cost = compiled.cost_analysis()
+    cost = cost[0] if isinstance(cost, (list, tuple)) else cost
+    return float(cost["flops"])
+
+
+def _update_rate(algo: str, overrides: dict, quick: bool, repeats: int = 3) -> dict:
+    """Updates/s of the compiled K-update chunk (sampling included) on one seed."""
+    import jax
+
+    from mbrl.train import Trainer
+
+    updates = 50 if quick else 500
+    overrides = {**overrides, "schedule": {"updates_per_epoch": updates}}
+    trainer = Trainer(_config(algo, overrides), OBS_DIM, ACT_DIM)
+    real, model = _buffers(trainer, 100_000 if quick else 1_000_000, 50_000 if quick else 250_000)
+    if not trainer.uses_model:
+        model = None
+
+    def chunk(agent_state, key):
+        sample_key, update_key = jax.random.split(key)
+        batches = trainer.sample_batches(real, model, sample_key)
+        return trainer.agent.update_many(agent_state, batches, update_key)
+
+    chunk = jax.jit(chunk, donate_argnums=0)
+    state = jax.jit(trainer.agent.init)(jax.random.PRNGKey(0))
+    state, metrics = chunk(state, jax.random.PRNGKey(1))  # compile
+    jax.block_until_ready(metrics)
+    best = float("inf")
+    for i in range(repeats):
+        start = time.perf_counter()
+        state, metrics = chunk(state, jax.random.PRNGKey(2 + i))
+        jax.block_until_ready(metrics)
+        best = min(best, time.perf_counter() - start)
+    return {"updates_per_s": updates / best, "updates": updates, "flops_per_update": update_flops(trainer)}
+
+
+def _update_figure(name: str, algo: str, overrides: dict, quick: bool) -> dict:
+    from benchmarks.common import matmul_flops_per_s
+
+    result = _update_rate(algo, overrides, quick)
+    rate = result["updates_per_s"]
+    peak = matmul_flops_per_s()
+    achieved = rate * result["flops_per_update"]
+    return {
+        "value": round(rate, 2),
+        "unit": "updates/s",
+        "vs_offlinerl_kit": round(rate / OFFLINERL_KIT_UPDATES_PER_S[name], 3),
+        "target_vs_offlinerl_kit": TARGETS[name],
+        "roofline_fraction": round(achieved / peak, 3),
+        "achieved_gflops": round(achieved / 1e9, 2),
+        "matmul_gflops": round(peak / 1e9, 2),
+        "gflops_per_update": round(result["flops_per_update"] / 1e9, 4),
+        "updates_per_call": result["updates"],
+        "load_avg_1min": round(os.getloadavg()[0], 2),
+    }
+
+
+def sac2_update(quick: bool) -> dict:
+    return _update_figure("sac2_update", "mopo", {"sac": {"num_critics": 2, "hidden_sizes": [256, 256]}}, quick)
+
+
+def edac10_update(quick: bool) -> dict:
+    # EDAC itself is model-free: real data only (real_ratio 1), as OfflineRL-Kit's EDAC.
+    overrides = {"sac": {"num_critics": 10, "hidden_sizes": [256, 256, 256], "eta": 1.0}, "imagination": {"real_ratio": 1.0}}
+    return _update_figure("edac10_update", "ravl", overrides, quick)
+
+
+def seeds5_vmapped(quick: bool) -> dict:
+    """Epochs/s of 5 seeds in one vmapped program vs 5 single-seed programs run in turn (MOPO, quick preset)."""
+    import jax
+
+    from benchmarks.rollout import _workload
+    from mbrl.train import Trainer, time_epochs
+
+    seeds = 5
+    updates, rollouts = (100, 2_000) if quick else (500, 10_000)
+    config = _config("mopo", {"imagination": {"rollouts_per_epoch": rollouts, "horizon": 5},
+                              "schedule": {"updates_per_epoch": updates}})
+    trainer = Trainer(config, OBS_DIM, ACT_DIM)
+    model = _workload()[0]
+    real, _ = _buffers(trainer, 100_000 if quick else 1_000_000, 1)
+    epochs = 1 if quick else 2
+
+    together = trainer.initial_state(list(range(seeds)))
+    _, vmapped_seconds = time_epochs(trainer, together, real, model, epochs)
+    sequential_seconds = 0.0
+    for seed in range(seeds):
+        _, seconds = time_epochs(trainer, trainer.initial_state([seed]), real, model, epochs)
+        sequential_seconds += seconds
+    jax.clear_caches()
+    speedup = sequential_seconds / vmapped_seconds
+    return {
+        "value": round(speedup, 3),
+        "unit": "x throughput (5 seeds vmapped / 5 sequential)",
+        "target": TARGETS["seeds5_vmapped"],
+        "vmapped_updates_per_s": round(seeds * epochs * updates / vmapped_seconds, 1),
+        "sequential_updates_per_s": round(seeds * epochs * updates / sequential_seconds, 1),
+        "updates_per_epoch": updates,
+        "rollouts_per_epoch": rollouts,
+        "epochs_timed": epochs,
+        "load_avg_1min": round(os.getloadavg()[0], 2),
+    }
+
+
+FIGURES = {"sac2_update": sac2_update, "edac10_update": edac10_update, "seeds5_vmapped": seeds5_vmapped}

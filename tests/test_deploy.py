@@ -1,0 +1,246 @@
+"""Deployment: the UDP sim-server process against in-process evaluation, the safety layer on a real MuJoCo
+robot (NaN observations, a dead sensor, the rate limit), SIGTERM on a real deploy process, and the
+errors a user can cause."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+pytest.importorskip("onnxruntime", reason="the onnx extra is not installed: pip install 'offline-mbrl[onnx]'")
+
+from envs.robots.loop import ControlLoop  # noqa: E402
+from envs.robots.mujoco import MujocoRobot  # noqa: E402
+from envs.robots.ros2 import rclpy_available  # noqa: E402
+from envs.robots.runner import PolicyRunner  # noqa: E402
+from envs.robots.safety import SafetyConfig, SafetyLayer  # noqa: E402
+from mbrl.cli import main  # noqa: E402
+
+EPISODE_STEPS = 60  # the sim server's time limit: short episodes keep the tests fast
+REPO = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="module")
+def export_dir(tmp_path_factory):
+    """A SAC actor at random init for Hopper-v5, with a normalizer from the sample dataset."""
+    import jax
+
+    from agents.sac_n import SACN, SACNConfig
+    from mbrl.datasets import SAMPLE_PATH, load
+    from mbrl.export import PolicySpec, export_policy
+
+    obs = load(SAMPLE_PATH).transitions.obs
+    sac = SACN(SACNConfig(hidden_sizes=(32, 32)), 11, 3)
+    params = jax.tree.map(lambda x: 2.0 * x, sac.init(jax.random.PRNGKey(3)).actor_params)  # bolder actions
+    spec = PolicySpec(apply_fn=lambda p, o: sac.act(p, o, None, True), params=params, obs_dim=11, act_dim=3,
+                      action_low=-1.0, action_high=1.0, obs_mean=obs.mean(axis=0), obs_std=obs.std(axis=0) + 0.05,
+                      control_rate_hz=125.0, env_id="Hopper-v5")
+    return export_policy(spec, tmp_path_factory.mktemp("deploy") / "export"), spec
+
+
+@pytest.fixture(scope="module")
+def sim_server(tmp_path_factory):
+    """`python -m envs.robots.sim_server` in its own process on a free port; yields (port, events log)."""
+    events = tmp_path_factory.mktemp("server") / "events.jsonl"
+    process = subprocess.Popen(
+        [sys.executable, "-m", "envs.robots.sim_server", "--env", "Hopper-v5", "--port", "0",
+         "--max-episode-steps", str(EPISODE_STEPS), "--log", str(events)],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO,
+    )
+    line = process.stdout.readline()
+    assert line.startswith("listening on "), process.stderr.read()
+    port = int(line.rsplit(":", 1)[1])
+    yield port, events
+    process.terminate()
+    assert process.wait(timeout=10) == 0
+
+
+def _read_log(path):
+    return [json.loads(line) for line in Path(path).read_text().splitlines()]
+
+
+def _ticks(records):
+    return [r for r in records if r["type"] == "tick"]
+
+
+def test_udp_deploy_reproduces_in_process_evaluation(export_dir, sim_server, tmp_path, capsys):
+    import jax
+
+    from mbrl.evaluate import evaluate
+    from mbrl.export import policy_function
+
+    path, spec = export_dir
+    port, _ = sim_server
+    log = tmp_path / "udp.jsonl"
+    code = main(["deploy", str(path), "--robot", f"udp://127.0.0.1:{port}", "--episodes", "2", "--seed", "7",
+                 "--rate", "0", "--max-delta", "None", "--log", str(log)])
+    assert code == 0, capsys.readouterr().err
+    summary = _read_log(log)[-1]
+    assert summary["type"] == "summary" and summary["stop_reason"] == "done"
+    deployed = np.array([e["return"] for e in summary["episodes"]])
+
+    # The reference: the JAX policy in-process, the same env seeds, the same time limit.
+    policy = jax.jit(jax.vmap(policy_function(spec)))
+    reference = evaluate(lambda obs: np.asarray(policy(obs)), "Hopper-v5", episodes=2, seed=7,
+                         env_kwargs={"max_episode_steps": EPISODE_STEPS})
+    assert [e["length"] for e in summary["episodes"]] == reference.lengths.tolist()
+    np.testing.assert_allclose(deployed, reference.returns, rtol=0.01)
+    assert "deploy on udp://127.0.0.1" in capsys.readouterr().out
+
+
+def _run_loop(tmp_path, robot, runner, max_delta=None, episodes=1, max_steps=40):
+    safety = SafetyLayer(-np.ones(3, np.float32), np.ones(3, np.float32), SafetyConfig(max_delta=max_delta))
+    loop = ControlLoop(robot, runner, safety, rate_hz=None, log_path=tmp_path / "loop.jsonl")
+    summary = loop.run(episodes=episodes, seed=0, max_steps=max_steps)
+    return summary, _read_log(tmp_path / "loop.jsonl")
+
+
+def test_nan_observation_gives_the_last_safe_action_and_an_event(export_dir, tmp_path):
+    runner = PolicyRunner(export_dir[0])
+    robot = MujocoRobot("Hopper-v5", nan_obs_at=(5, 6))
+    summary, records = _run_loop(tmp_path, robot, runner, max_steps=12)
+    ticks = _ticks(records)
+    by_step = {t["step"]: t for t in ticks}
+    for step in (5, 6):
+        assert by_step[step]["events"] == ["nonfinite_obs"]
+        assert by_step[step]["inference_ms"] is None  # the policy never saw the NaNs
+        assert by_step[step]["action"] == by_step[4]["action"]  # held: the last safe action
+    assert by_step[7]["events"] in ([], ["clipped"])
+    assert all(np.all(np.isfinite(t["action"])) for t in ticks)
+    assert summary["events"]["nonfinite_obs"] == 2
+
+
+def test_observations_stop_then_safe_stop_within_two_ticks(export_dir, tmp_path):
+    robot = MujocoRobot("Hopper-v5", freeze_obs_after=8)  # a dead sensor: the sim runs on, no new observation
+    summary, records = _run_loop(tmp_path, robot, PolicyRunner(export_dir[0]), max_steps=30)
+    ticks = _ticks(records)
+    last_fresh = max(t["step"] for t in ticks if "stale_obs" not in t["events"])
+    stop_tick = next(t for t in ticks if "watchdog" in t["events"])
+    assert stop_tick["step"] - last_fresh <= 2
+    assert ticks[-1] is stop_tick  # nothing is sent after the watchdog fired
+    assert robot.safe_stops == 1 and summary["stop_reason"] == "watchdog"
+    stop = next(r for r in records if r["type"] == "safe_stop")
+    assert stop["reason"] == "watchdog" and stop["acknowledged"]
+
+
+def test_action_change_never_exceeds_the_rate_limit(export_dir, tmp_path):
+    max_delta = 0.05  # of the range 2: 0.1 per tick
+    robot = MujocoRobot("Hopper-v5", obs_noise=0.05, nan_obs_at=(10,))
+    summary, records = _run_loop(tmp_path, robot, PolicyRunner(export_dir[0]), max_delta=max_delta, episodes=2)
+    assert summary["events"].get("rate_limited", 0) > 0  # the limit was actually reached
+    for episode in (0, 1):
+        actions = np.array([t["action"] for t in _ticks(records) if t["episode"] == episode])
+        steps = np.abs(np.diff(np.vstack([np.zeros(3), actions]), axis=0))  # from rest after the reset
+        assert steps.max() <= max_delta * 2 + 1e-6
+
+
+def test_mujoco_robot_latency_and_delay(export_dir):
+    actions = np.random.default_rng(0).uniform(-1, 1, (6, 3)).astype(np.float32)
+
+    def trace(**options):
+        robot = MujocoRobot("Hopper-v5", **options)
+        robot.connect()
+        robot.reset(seed=1)
+        seen = [robot.observe().values]
+        for action in actions:
+            robot.act(action)
+            seen.append(robot.observe().values)
+        robot.disconnect()
+        return np.array(seen)
+
+    clean = trace()
+    lagged = trace(obs_latency=2)
+    np.testing.assert_array_equal(lagged[2:], clean[:-2])
+    delayed = trace(action_delay=1)
+    assert not np.array_equal(delayed[1], clean[1])  # the first command waited a step
+
+
+def test_sigterm_safe_stops_then_exits_0(export_dir, sim_server, tmp_path):
+    port, events = sim_server
+    log = tmp_path / "sigterm.jsonl"
+    process = subprocess.Popen(
+        [sys.executable, "-m", "mbrl.cli", "deploy", str(export_dir[0]), "--robot", f"udp://127.0.0.1:{port}",
+         "--episodes", "1000", "--rate", "200", "--log", str(log)],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO,
+    )
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and (not log.exists() or len(log.read_text().splitlines()) < 20):
+        assert process.poll() is None, process.communicate()
+        time.sleep(0.05)
+    os.kill(process.pid, signal.SIGTERM)
+    out, err = process.communicate(timeout=30)
+    assert process.returncode == 0, err
+    records = _read_log(log)
+    stop = next(r for r in records if r["type"] == "safe_stop")
+    assert stop["reason"] == "SIGTERM" and stop["acknowledged"]
+    assert records[-1]["type"] == "summary" and records[-1]["stop_reason"] == "SIGTERM"
+    server_events = [json.loads(line)["event"] for line in events.read_text().splitlines()]
+    assert server_events[-2:] == ["stop", "bye"]  # the robot heard the safe stop, then the disconnect
+    assert "stop: SIGTERM" in out
+
+
+def test_deploy_errors_print_one_line_and_exit_2(export_dir, tmp_path, capsys):
+    import shutil
+
+    path = export_dir[0]
+    broken = tmp_path / "broken"
+    shutil.copytree(path, broken)
+    (broken / "policy.onnx").unlink()
+    cases = [
+        ([str(tmp_path / "missing"), "--robot", "mujoco:Hopper-v5"], "no such export directory"),
+        ([str(broken), "--robot", "mujoco:Hopper-v5"], "policy.onnx: missing"),
+        ([str(path), "--robot", "mujoco:HalfCheetah-v5"], "observations of dim 11, the robot gives 17"),
+        ([str(path), "--robot", "serial:/dev/ttyUSB0"], "unknown robot"),
+        ([str(path), "--robot", "udp://localhost:notaport"], "udp://HOST:PORT"),
+        ([str(path), "--robot", "mujoco:NoSuchEnv-v0"], "NoSuchEnv-v0"),
+    ]
+    for argv, expected in cases:
+        assert main(["deploy", *argv, "--rate", "0"]) == 2, argv
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and expected in err[0], (argv, err)
+
+
+@pytest.mark.skipif(rclpy_available(), reason="rclpy is installed: the missing-dependency path cannot be taken")
+def test_ros2_without_rclpy_is_a_clear_error(export_dir, capsys):
+    assert main(["deploy", str(export_dir[0]), "--robot", "ros2:/hopper"]) == 2
+    assert "rclpy is not installed" in capsys.readouterr().err
+
+
+@pytest.mark.skipif(not rclpy_available(), reason="rclpy is not installed (ROS 2 is not on PyPI; source a ROS 2 installation to run this test)")
+def test_ros2_robot_round_trip(export_dir):
+    import rclpy
+    from sensor_msgs.msg import JointState
+    from std_msgs.msg import Float64MultiArray
+
+    from envs.robots.ros2 import Ros2Robot
+
+    robot = Ros2Robot("/mbrl_test", 11, -np.ones(3), np.ones(3), obs_timeout=0.5)
+    robot.connect()
+    node = rclpy.create_node("mbrl_test_peer")
+    publisher = node.create_publisher(JointState, "/mbrl_test/joint_states", 10)
+    commands = []
+    node.create_subscription(Float64MultiArray, "/mbrl_test/command", lambda m: commands.append(list(m.data)), 10)
+    try:
+        for _ in range(50):
+            publisher.publish(JointState(position=[0.1] * 5, velocity=[0.2] * 6))
+            obs = robot.observe()
+            if obs.seq:
+                break
+        np.testing.assert_allclose(obs.values, [0.1] * 5 + [0.2] * 6, rtol=1e-6)
+        robot.act(np.array([2.0, 0.0, -0.5]))
+        for _ in range(50):
+            rclpy.spin_once(node, timeout_sec=0.1)
+            if commands:
+                break
+        assert commands[0] == [1.0, 0.0, -0.5]
+    finally:
+        node.destroy_node()
+        robot.disconnect()

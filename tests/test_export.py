@@ -1,0 +1,223 @@
+"""Policy export: ONNX (onnxruntime) and jax.export (a fresh process) against the JAX policy, policy.json,
+recurrent policies, a real training run's directory, and the errors a user can cause."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+pytest.importorskip("onnxruntime", reason="the onnx extra is not installed: pip install 'offline-mbrl[onnx]'")
+
+import jax  # noqa: E402
+import jax.numpy as jnp  # noqa: E402
+
+from envs.robots.runner import PolicyRunner  # noqa: E402
+from mbrl import __version__  # noqa: E402
+from mbrl.cli import main  # noqa: E402
+from mbrl.datasets import SAMPLE_PATH, load  # noqa: E402
+from mbrl.export import ExportError, PolicySpec, export_policy, params_sha256, policy_function  # noqa: E402
+from mbrl.export_onnx import OnnxExportError, to_onnx  # noqa: E402
+
+LOW = np.array([-1.0, -0.5, -2.0], np.float32)  # asymmetric bounds: the rescaling is exercised
+HIGH = np.array([1.0, 0.5, 1.0], np.float32)
+
+
+@pytest.fixture(scope="module")
+def dataset():
+    return load(SAMPLE_PATH)
+
+
+@pytest.fixture(scope="module")
+def spec(dataset):
+    """A BC policy after 300 updates on the sample dataset, trained on normalized observations."""
+    from agents.bc import BC, BCConfig
+    from mbrl.types import Transitions
+
+    data = dataset.transitions
+    obs = np.concatenate([data.obs, data.next_obs])
+    mean, std = obs.mean(axis=0), obs.std(axis=0) + 1e-3
+    agent = BC(BCConfig(hidden_sizes=(64, 64), batch_size=64), obs.shape[1], 3)
+    rows = np.random.default_rng(0).integers(0, len(data), (300, 64))
+    batches = jax.tree.map(jnp.asarray, data.slice(rows.reshape(-1)))
+    batches = jax.tree.map(lambda x: x.reshape(300, 64, *x.shape[1:]), batches)
+    batches = batches.replace(obs=(batches.obs - mean) / std)
+    assert isinstance(batches, Transitions)
+    state, _ = jax.jit(agent.update_many)(agent.init(jax.random.PRNGKey(0)), batches, jax.random.PRNGKey(1))
+    return PolicySpec(
+        apply_fn=lambda p, o: agent.act(p, o),
+        params=state.actor_params,
+        obs_dim=obs.shape[1],
+        act_dim=3,
+        action_low=LOW,
+        action_high=HIGH,
+        obs_mean=mean,
+        obs_std=std,
+        control_rate_hz=125.0,
+        env_id="Hopper-v5",
+        dataset="hopper-sample",
+        run_id="test-run",
+        metadata={"algo": "bc"},
+    )
+
+
+@pytest.fixture(scope="module")
+def exported(spec, tmp_path_factory):
+    return export_policy(spec, tmp_path_factory.mktemp("export") / "policy")
+
+
+@pytest.fixture(scope="module")
+def observations(dataset, spec):
+    """10,000 observations: 5,000 rows of the dataset, 5,000 far outside it (and beyond the envelope)."""
+    rng = np.random.default_rng(1)
+    rows = np.concatenate([dataset.transitions.obs, dataset.transitions.next_obs])
+    inside = rows[rng.integers(0, len(rows), 5000)]
+    outside = rows[rng.integers(0, len(rows), 5000)] * rng.choice([-1e3, 30.0, 1e6], size=(5000, 1))
+    outside[::7] = spec.obs_high + rng.uniform(0, 5, (len(outside[::7]), spec.obs_dim)) * spec.obs_std
+    return np.concatenate([inside, outside]).astype(np.float32)
+
+
+@pytest.fixture(scope="module")
+def jax_actions(spec, observations):
+    return np.asarray(jax.jit(jax.vmap(policy_function(spec)))(observations))
+
+
+def test_onnx_matches_jax_on_dataset_and_out_of_range_observations(exported, observations, jax_actions):
+    onnx_actions = PolicyRunner(exported)(observations)
+    assert onnx_actions.shape == (10_000, 3) and onnx_actions.dtype == np.float32
+    assert np.max(np.abs(onnx_actions - jax_actions)) <= 1e-5
+    # Scaling and clipping are in the graph: the actions fill the robot's bounds and never leave them.
+    assert np.all(onnx_actions >= LOW) and np.all(onnx_actions <= HIGH)
+    assert np.all(onnx_actions.max(axis=0) - onnx_actions.min(axis=0) > 0.9 * (HIGH - LOW))
+
+
+def test_normalizer_and_envelope_are_baked_into_the_graph(spec, exported):
+    runner = PolicyRunner(exported)
+    raw = np.asarray(jax.vmap(spec.apply_fn, in_axes=(None, 0))(spec.params, jnp.zeros((1, spec.obs_dim))))
+    at_mean = runner(spec.obs_mean)  # the normalized observation is 0 there
+    np.testing.assert_allclose(at_mean, LOW + (raw[0] + 1) * 0.5 * (HIGH - LOW), atol=1e-5)
+    # Beyond the envelope the observation is clipped: any further out gives the same action.
+    np.testing.assert_allclose(runner(spec.obs_high * 1e4), runner(spec.obs_high), atol=1e-6)
+
+
+def test_jax_export_runs_in_a_fresh_process_without_project_code(exported, observations, jax_actions, tmp_path):
+    np.save(tmp_path / "obs.npy", observations)
+    script = f"""
+import sys, jax, numpy as np
+exported = jax.export.deserialize(bytearray(open({str(exported / 'policy.jax')!r}, 'rb').read()))
+np.save({str(tmp_path / 'actions.npy')!r}, np.asarray(exported.call(np.load({str(tmp_path / 'obs.npy')!r}))))
+print(sorted(m for m in sys.modules if m.split('.')[0] in ('mbrl', 'agents', 'envs', 'world_models', 'flax')))
+"""
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120, cwd=tmp_path,
+                          env={"PATH": "/usr/bin:/bin", "JAX_PLATFORMS": "cpu"})
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "[]"  # neither this project nor flax was imported
+    assert np.max(np.abs(np.load(tmp_path / "actions.npy") - jax_actions)) <= 1e-5
+
+
+def test_policy_json_describes_the_policy(spec, exported):
+    data = json.loads((exported / "policy.json").read_text())
+    assert data["framework_version"] == __version__
+    assert data["observation"]["dim"] == spec.obs_dim and len(data["observation"]["names"]) == spec.obs_dim
+    assert data["action"]["dim"] == 3 and data["action"]["low"] == LOW.tolist() and data["action"]["high"] == HIGH.tolist()
+    np.testing.assert_allclose(data["observation"]["normalizer"]["mean"], spec.obs_mean)
+    assert data["control_rate_hz"] == 125.0 and data["env_id"] == "Hopper-v5"
+    assert (data["dataset"], data["run_id"]) == ("hopper-sample", "test-run")
+    leaves = b"".join(np.asarray(x).astype("<f4").tobytes() for x in jax.tree.leaves(spec.params))
+    assert data["params_sha256"] == hashlib.sha256(leaves).hexdigest() == params_sha256(spec.params)
+    for name in ("policy.onnx", "policy.jax"):
+        assert data["files"][name]["sha256"] == hashlib.sha256((exported / name).read_bytes()).hexdigest()
+    assert data["state"] is None and data["onnx"]["inputs"] == ["obs"]
+
+
+def test_recurrent_policy_exports_its_state_as_inputs_and_outputs(tmp_path):
+    import flax.linen as nn
+
+    cell, head = nn.GRUCell(features=8), nn.Dense(2)
+    cell_params = cell.init(jax.random.PRNGKey(1), jnp.zeros(8), jnp.zeros(5))
+    head_params = head.init(jax.random.PRNGKey(2), jnp.zeros(8))
+
+    def apply_fn(params, obs, state):
+        state, features = cell.apply(params[0], state, obs)
+        return jnp.tanh(head.apply(params[1], features)), state
+
+    spec = PolicySpec(apply_fn=apply_fn, params=(cell_params, head_params), obs_dim=5, act_dim=2,
+                      action_low=-2.0, action_high=2.0, state_dim=8)
+    out = export_policy(spec, tmp_path / "recurrent")
+    data = json.loads((out / "policy.json").read_text())
+    assert data["onnx"]["inputs"] == ["obs", "state_in"] and data["onnx"]["outputs"] == ["action", "state_out"]
+    assert data["state"]["dim"] == 8
+
+    # An episode of 30 steps: the runner carries the state like a scan over the JAX policy does.
+    observations = np.random.default_rng(0).normal(size=(30, 5)).astype(np.float32)
+    step = policy_function(spec)
+    _, expected = jax.lax.scan(lambda h, o: step(o, h)[::-1], jnp.zeros(8), observations)
+    runner = PolicyRunner(out)
+    actions = np.stack([runner(o) for o in observations])
+    assert np.max(np.abs(actions - np.asarray(expected))) <= 1e-5
+    runner.reset()
+    np.testing.assert_allclose(runner(observations[0]), actions[0], atol=1e-6)
+
+
+def test_export_from_a_training_run_directory(tmp_path):
+    """A real (tiny) `mbrl train` run directory goes through `mbrl export`."""
+    from mbrl import config as config_io
+    from mbrl import train
+
+    config = config_io.build("bc", str(SAMPLE_PATH), "quick", {
+        "schedule": {"epochs": 1, "updates_per_epoch": 5, "eval_every": 1, "eval_episodes": 1},
+        "bc": {"hidden_sizes": [8], "batch_size": 16}, "logging": {"progress": False}})
+    train.run(config, tmp_path / "run", progress=False)
+    assert main(["export", str(tmp_path / "run"), "--out", str(tmp_path / "exported")]) == 0
+    data = json.loads((tmp_path / "exported" / "policy.json").read_text())
+    assert data["metadata"]["algo"] == "bc" and data["run_id"] == "run" and data["env_id"] == "Hopper-v5"
+    assert data["observation"]["names"][0] == "qpos:rootz" and data["control_rate_hz"] == 125.0
+    assert data["action"]["rescaled_from_unit_range"] is False
+    runner = PolicyRunner(tmp_path / "exported")
+    assert runner(np.zeros(11, np.float32)).shape == (3,)
+
+
+def test_export_errors_print_one_line_and_exit_2(tmp_path, capsys):
+    assert main(["export", str(tmp_path / "missing")]) == 2
+    (tmp_path / "empty").mkdir()
+    assert main(["export", str(tmp_path / "empty")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 2 and "missing" in err[0] and "config.json" in err[1]
+
+
+def test_spec_and_translation_errors(tmp_path):
+    with pytest.raises(ExportError, match="apply_fn returns shapes"):
+        bad = PolicySpec(apply_fn=lambda p, o: o[:2], params=(), obs_dim=4, act_dim=3, action_low=-1, action_high=1)
+        export_policy(bad, tmp_path / "bad")
+    assert not (tmp_path / "bad").exists()  # nothing partial is left behind
+    with pytest.raises(ExportError, match="action_low"):
+        PolicySpec(apply_fn=None, params=(), obs_dim=4, act_dim=2, action_low=1.0, action_high=-1.0)
+    with pytest.raises(OnnxExportError, match="'sort'"):
+        to_onnx(lambda o: jnp.sort(o), [np.zeros(4, np.float32)], ["obs"], ["action"])
+
+
+def test_translator_covers_the_operations_of_common_policies():
+    """Shape ops, reductions, selects and elementwise math, batched and mixed with constants, vs jax.vmap."""
+    import onnxruntime
+
+    weights = np.random.default_rng(2).normal(size=(4, 6)).astype(np.float32)
+
+    def fn(obs, extra):
+        x = jnp.concatenate([obs, jnp.ones(2), extra[:2]])  # batched and constant parts
+        y = x.reshape(2, 4).T @ jnp.arange(2.0)  # reshape, transpose, dot
+        z = jnp.einsum("i,ij->j", y, weights) + jnp.sum(x**2) * 0.1  # a batched scalar against a vector
+        gate = jax.nn.sigmoid(z) * jax.lax.rsqrt(1.0 + z**2) + jnp.log1p(jnp.abs(z))
+        picked = jnp.where(z > 0, gate, -gate)
+        return jnp.stack([picked.max(), picked.mean(), jnp.argmax(picked).astype(jnp.float32), jnp.isfinite(z).sum() * 1.0])
+
+    examples = [np.zeros(4, np.float32), np.zeros(3, np.float32)]
+    model = to_onnx(fn, examples, ["obs", "extra"], ["out"])
+    session = onnxruntime.InferenceSession(model.SerializeToString())
+    rng = np.random.default_rng(3)
+    obs, extra = rng.normal(size=(64, 4)).astype(np.float32), rng.normal(size=(64, 3)).astype(np.float32)
+    (out,) = session.run(None, {"obs": obs, "extra": extra})
+    np.testing.assert_allclose(out, np.asarray(jax.vmap(fn)(obs, extra)), atol=1e-5)

@@ -1,0 +1,212 @@
+"""NEUBAY: the recurrent agent, the tape, and the collect of long rollouts in one member each.
+
+One tiny agent (LRU memory, 10 critic heads) is shared by every test; its compiled pieces are built
+once per module. Rollouts use a real `WorldModel` (a freshly initialised 5-member LayerNorm ensemble)
+and, to read off which member produced each step, an analytic model whose reward is the member index.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from agents.neubay import Encoder, NeubayConfig
+from mbrl import config as config_io
+from mbrl import sequence_replay
+from mbrl.config import ScheduleConfig, TrainConfig
+from mbrl.train_neubay import NeubayTrainer, posterior_members
+from mbrl.types import Transitions
+from world_models.rollout import PolicyInput, warm_up
+
+OBS, ACT, HORIZON = 4, 2, 24
+EPISODE_LENGTHS = (24, 9, 17, 3)
+
+TINY = NeubayConfig(
+    d_model=16, d_hidden=8, memory_layers=1, head_hidden=16, head_layers=1, num_critics=10, sampled_critics=2,
+    num_sequences=3, sequence_length=6, warmup_length=HORIZON, parallel_size=8, utd=0.05, tape_capacity=12,
+    max_episode_steps=HORIZON, rollout_chunk=5, target_entropy_ratio=1.0, unc_quantile=0.9,
+)
+
+
+def _dataset(seed=0) -> tuple[Transitions, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    rows = sum(EPISODE_LENGTHS)
+    obs = rng.normal(size=(rows, OBS)).astype(np.float32)
+    terminal = np.zeros(rows, bool)
+    terminal[EPISODE_LENGTHS[0] + EPISODE_LENGTHS[1] - 1] = True  # episode 1 ends on a terminal
+    starts = np.cumsum((0,) + EPISODE_LENGTHS[:-1])
+    transitions = Transitions.from_arrays(obs, rng.uniform(-1, 1, (rows, ACT)), rng.normal(size=rows),
+                                          obs + 0.1, terminal, np.zeros(rows))
+    return transitions, starts
+
+
+@pytest.fixture(scope="module")
+def trainer():
+    config = TrainConfig(algo="neubay", neubay=TINY, schedule=ScheduleConfig(epochs=1, updates_per_epoch=3))
+    return NeubayTrainer(config, OBS, ACT)
+
+
+@pytest.fixture(scope="module")
+def real():
+    return sequence_replay.from_episodes(*_dataset(), HORIZON)
+
+
+@pytest.fixture(scope="module")
+def agent_state(trainer):
+    return jax.jit(trainer.agent.init)(jax.random.PRNGKey(0))
+
+
+def _world_model():
+    """A real 5-member LayerNorm ensemble (fresh weights) whose reward is 0.01 x the member's index, so a
+    rollout shows the member behind each step; its 4 elites are members 0, 1, 3, 4."""
+    from world_models.ensemble import EnsembleConfig, GaussianEnsemble, init_params
+    from world_models.model import Normalizer, WorldModel
+
+    config = EnsembleConfig(num_members=5, num_elites=4, hidden_dims=(16, 16), layer_norm=True)
+    params = init_params(GaussianEnsemble(config, OBS + 1), jax.random.PRNGKey(7), OBS + ACT)
+    out = params["params"]["dense_2"]
+    out["kernel"] = out["kernel"].at[:, :, OBS].set(0.0)  # reward mean: the bias alone ...
+    out["bias"] = out["bias"].at[:, OBS].set(jnp.arange(5, dtype=jnp.float32) * 100.0)  # ... x 1e-4 below
+    target_std = jnp.full(OBS + 1, 0.05).at[OBS].set(1e-4)
+    return WorldModel(
+        params=params,
+        input_norm=Normalizer(jnp.zeros(OBS + ACT), jnp.ones(OBS + ACT)),
+        target_norm=Normalizer(jnp.zeros(OBS + 1), target_std),
+        elites=jnp.asarray([0, 1, 3, 4], jnp.int32),
+        config=config,
+        obs_dim=OBS,
+        act_dim=ACT,
+    )
+
+
+@pytest.fixture(scope="module")
+def collected(trainer, real, agent_state):
+    """One collect of 8 trajectories from the dataset's prefixes, in the elites of the real ensemble."""
+    model = _world_model()
+    threshold = trainer.threshold(model, real)
+    posterior = posterior_members(model)
+    tape = sequence_replay.empty(TINY.tape_capacity, HORIZON, OBS, ACT)
+    tape, stats = jax.jit(trainer.collect)(agent_state, tape, real, posterior, threshold, jax.random.PRNGKey(3))
+    return model, posterior, threshold, tape, stats
+
+
+def _imagined(tape):
+    """Per stored row: boolean (T+1,) masks of its imagined and its real transitions."""
+    length = np.asarray(tape.length)[: int(tape.size)]
+    stored = np.arange(tape.max_len + 1)[None, :] < length[:, None]
+    real = np.asarray(tape.real)[: int(tape.size)]
+    return stored & ~real, stored & real
+
+
+# ------------------------------------------------------------------------------------------ tests
+
+
+def test_warm_up_on_the_real_prefix_reproduces_the_hidden_state_of_the_sequence(trainer, real, agent_state):
+    agent = trainer.agent
+    actor = agent_state.actor_params
+    episode, steps = np.array([0, 0, 2, 3]), np.array([0, 7, 16, 3])  # empty, partial, long and whole prefixes
+    batch = len(episode)
+    at = steps[None, :] - HORIZON + np.arange(HORIZON)[:, None]
+    mask = at >= 0
+    at = np.clip(at, 0, HORIZON)
+    take = lambda field: jnp.asarray(np.asarray(field)[episode[None, :], at])  # noqa: E731
+    prefix = Transitions(take(real.obs), take(real.action), take(real.reward), take(real.obs), mask & False, mask & False)
+    start = warm_up(jax.random.PRNGKey(1), agent, actor, agent.initial_carry(batch), prefix, jnp.asarray(mask))
+    # Acting from the warmed state at step p ...
+    inputs = PolicyInput(real.obs[episode, steps], start.prev_action, start.prev_reward, start.first)
+    step = jax.jit(lambda c, i: agent.policy_step(actor, c, i, jax.random.PRNGKey(2), deterministic=True))
+    action, carry = step(start.carry, inputs)
+    # ... equals the sequence pass of training over the episode's steps 0..p (a window with full history).
+    window = sequence_replay.window(real, jnp.asarray(episode), jnp.asarray(steps), length=1, warmup=HORIZON)
+    features = jax.jit(agent.encode)(actor["encoder"], window)[:, HORIZON]
+    mean, _ = jax.jit(agent.actor_head.apply)(actor["head"], features)
+    np.testing.assert_allclose(np.asarray(action), np.tanh(np.asarray(mean)), atol=2e-5)
+    np.testing.assert_array_equal(np.asarray(start.first), steps == 0)
+    # The carry itself: the sequence pass over the window's rows (padding, then the episode from its start).
+    x = agent._inputs(window.obs, window.prev_action, window.prev_reward)
+    sequence = jax.jit(jax.vmap(lambda xs, fs, c: agent.encoder.apply(actor["encoder"], xs, fs, c)[1]))
+    expected = sequence(x[:, : HORIZON + 1], window.first[:, : HORIZON + 1], agent.initial_carry(batch))
+    np.testing.assert_allclose(np.asarray(carry[0]), np.asarray(expected[0]), atol=2e-5)
+    # The log-depth form of the LRU (for accelerators) computes the same state with the same parameters.
+    parallel = Encoder(dataclasses.replace(agent.memory, parallel_scan=True))
+    run_parallel = jax.jit(jax.vmap(lambda xs, fs, c: parallel.apply(actor["encoder"], xs, fs, c)[1]))
+    same = run_parallel(x[:, : HORIZON + 1], window.first[:, : HORIZON + 1], agent.initial_carry(batch))
+    np.testing.assert_allclose(np.asarray(same[0]), np.asarray(expected[0]), atol=2e-5)
+
+
+def test_each_imagined_trajectory_uses_one_member_throughout(collected):
+    _, _, _, tape, stats = collected
+    imagined, in_prefix = _imagined(tape)
+    members = np.rint(np.asarray(tape.reward)[: int(tape.size)] * 100).astype(int)
+    used = []
+    for row in range(len(members)):
+        mine = np.unique(members[row][imagined[row]])
+        assert len(mine) <= 1, f"row {row} mixes members {mine}"
+        used.extend(mine.tolist())
+    assert set(used) <= {0, 1, 3, 4} and len(set(used)) > 1  # elites only
+    length = np.asarray(tape.length)[: int(tape.size)]
+    np.testing.assert_array_equal(imagined.sum(1) + in_prefix.sum(1), length)
+    assert float(stats.imagined_length_max) > TINY.rollout_chunk  # a trajectory crossed chunk boundaries
+    assert float(stats.transitions) == float(length.sum())
+
+
+def test_truncation_never_lets_epistemic_std_exceed_the_threshold(collected):
+    model, posterior, threshold, tape, stats = collected
+    assert posterior.num_members == 4 and model.num_members == 5
+    imagined, _ = _imagined(tape)
+    obs = np.asarray(tape.obs)[: int(tape.size)][imagined]
+    actions = np.asarray(tape.action)[: int(tape.size)][imagined]
+    assert len(obs) > 0 and float(stats.cut_by_uncertainty) > 0  # steps were taken, and some were cut
+    measure = jax.jit(lambda o, a: posterior.step(jax.random.PRNGKey(0), o, a, deterministic=True,
+                                                   uncertainty="epistemic_std").uncertainty)
+    u = measure(obs, actions)
+    assert float(jnp.max(u)) <= float(threshold) * (1 + 1e-5)
+
+
+def test_one_update_gives_finite_values_and_changes_every_part(trainer, real, agent_state):
+    batch = sequence_replay.sample(real, jax.random.PRNGKey(5), TINY.num_sequences, TINY.sequence_length,
+                                   TINY.warmup_length)
+    new, metrics = jax.jit(trainer.agent.update)(agent_state, batch, jax.random.PRNGKey(6))
+    for name, value in metrics.items():
+        assert np.isfinite(np.asarray(value)).all(), name
+    assert float(metrics["train_steps"]) > 0
+    for part in ("actor_params", "critic_params"):
+        for group in getattr(new, part):
+            before, after = getattr(agent_state, part)[group], getattr(new, part)[group]
+            changed = jax.tree.map(lambda a, b: bool(jnp.any(a != b)), before, after)
+            assert any(jax.tree.leaves(changed)), f"{part}.{group} did not change"
+    # The target moved by tau towards the updated critic.
+    lhs = jax.tree.map(lambda t, c: t, new.target_critic_params, new.critic_params)
+    rhs = jax.tree.map(lambda t0, c: (1 - TINY.tau) * t0 + TINY.tau * c, agent_state.target_critic_params, new.critic_params)
+    jax.tree.map(lambda a, b: np.testing.assert_allclose(np.asarray(a), np.asarray(b), atol=1e-6), lhs, rhs)
+    assert float(new.log_alpha) != float(agent_state.log_alpha)
+
+
+def test_tape_ring_insert_and_windows(real):
+    tape = sequence_replay.empty(3, HORIZON, OBS, ACT)
+    rows = real.replace(length=real.length.at[1].set(0))  # a row without transitions is not stored
+    tape = sequence_replay.insert(tape, rows)
+    np.testing.assert_array_equal(np.asarray(tape.length), [int(real.length[0]), int(real.length[2]), int(real.length[3])])
+    tape = sequence_replay.insert(tape, real)  # 4 more rows into 3 slots: the last 3 survive, ring order
+    np.testing.assert_array_equal(np.asarray(tape.length), np.asarray(real.length[jnp.asarray([3, 1, 2])]))
+    assert int(tape.size) == 3 and int(tape.insert_pos) == 1
+    batch = sequence_replay.sample(tape, jax.random.PRNGKey(8), 64, 4, 3)
+    first, mask = np.asarray(batch.first), np.asarray(batch.loss_mask)
+    assert mask[:, :3].sum() == 0 and mask[:, -1].sum() == 0 and mask[:, 3].all()  # the first training step is stored
+    # prev_action of a step is the action of the step before it, and zero at an episode's start.
+    np.testing.assert_array_equal(np.asarray(batch.prev_action)[:, 1:][~first[:, 1:]],
+                                  np.asarray(batch.action)[:, :-1][~first[:, 1:]])
+    assert np.all(np.asarray(batch.prev_action)[first] == 0)
+
+
+def test_presets_carry_the_papers_per_dataset_values():
+    config = config_io.build("neubay", "hopper-medium", "paper")
+    assert (config.ensemble.num_members, config.ensemble.num_elites, config.ensemble.layer_norm) == (128, 100, True)
+    assert (config.neubay.real_weight, config.neubay.critic_encoder_lr, config.neubay.target_entropy_ratio) == (0.8, 1e-6, None)
+    assert config.neubay.num_critics == 10 and config.neubay.unc_quantile == 1.0
+    quick = config_io.build("neubay", "walker2d-medium", "quick")
+    assert quick.neubay.target_entropy_ratio == 1.0 and quick.ensemble.num_members < 128

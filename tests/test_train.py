@@ -1,0 +1,240 @@
+"""The training loop on a tiny real dataset: resume equals the uninterrupted run, vmapped seeds equal
+single runs, MOPO's model buffer holds r - λ·u, and the run directory and CLI behave.
+
+The dataset is written here in D4RL layout with h5py from a real Hopper-v5 run of a random policy;
+one small world model is fitted once per module and reused through `--world-model`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+
+import gymnasium
+import h5py
+import jax
+import numpy as np
+import pytest
+
+from mbrl import config as config_io
+from mbrl import datasets
+from mbrl.checkpoint import Checkpointer
+from mbrl.cli import main as cli_main
+from mbrl.train import run, trainer_for
+from world_models.rollout import MarkovPolicy, rollout
+
+EPOCHS = 4
+TINY = {
+    "sac": {"num_critics": 2, "hidden_sizes": [32, 32], "batch_size": 32},
+    "bc": {"hidden_sizes": [32, 32], "batch_size": 32},
+    "mopo": {"penalty_coef": 1.0},
+    "imagination": {"rollouts_per_epoch": 64, "horizon": 3, "retain_epochs": 2},
+    "ensemble": {"num_members": 3, "num_elites": 2, "hidden_dims": [32, 32]},
+    "fit": {"max_epochs": 2},
+    "schedule": {"epochs": EPOCHS, "updates_per_epoch": 25, "eval_every": 2, "eval_episodes": 2, "checkpoint_every": 1},
+    "logging": {"progress": False},
+}
+
+
+def tiny_config(algo="mopo", dataset="hopper-tiny.hdf5", **top):
+    return config_io.build(algo, dataset, "quick", {**TINY, **top})
+
+
+@pytest.fixture(scope="module")
+def dataset_path(tmp_path_factory):
+    """600 steps of Hopper-v5 under uniform random actions, as a D4RL-layout file."""
+    env = gymnasium.make("Hopper-v5", max_episode_steps=100)
+    rng = np.random.default_rng(0)
+    rows = {k: [] for k in ("observations", "actions", "rewards", "next_observations", "terminals", "timeouts")}
+    obs, _ = env.reset(seed=0)
+    episode = 0
+    while len(rows["rewards"]) < 600:
+        action = rng.uniform(-1, 1, 3).astype(np.float32)
+        next_obs, reward, terminated, truncated, _ = env.step(action)
+        for key, value in zip(rows, (obs, action, reward, next_obs, terminated, truncated and not terminated)):
+            rows[key].append(value)
+        obs = next_obs
+        if terminated or truncated:
+            episode += 1
+            obs, _ = env.reset(seed=episode)
+    path = tmp_path_factory.mktemp("data") / "hopper-tiny.hdf5"
+    with h5py.File(path, "w") as f:
+        for key, values in rows.items():
+            dtype = bool if key in ("terminals", "timeouts") else np.float32
+            f.create_dataset(key, data=np.asarray(values, dtype))
+        f.attrs["env_id"] = "Hopper-v5"
+    return path
+
+
+@pytest.fixture(scope="module")
+def dataset(dataset_path):
+    return datasets.load(dataset_path)
+
+
+@pytest.fixture(scope="module")
+def world_model_dir(dataset, tmp_path_factory):
+    from envs.tasks import TASKS
+    from world_models.fit import fit_world_model
+
+    config = tiny_config()
+    result = fit_world_model(dataset, config=config.ensemble, fit_config=config.fit,
+                             termination_fn=TASKS["hopper"].termination_fn, progress=False)
+    return result.model.save(tmp_path_factory.mktemp("model") / "world_model")
+
+
+@pytest.fixture(scope="module")
+def full_run(dataset, dataset_path, world_model_dir, tmp_path_factory):
+    config = tiny_config(dataset=str(dataset_path))
+    return run(config, tmp_path_factory.mktemp("runs") / "full", world_model_dir=world_model_dir, dataset=dataset)
+
+
+def comparable(records):
+    return [{k: r[k] for k in ("epoch", "updates", "train", "eval") if k in r} for r in records]
+
+
+def test_a_run_writes_its_directory(full_run):
+    run_dir = full_run.run_dir
+    for name in ("config.json", "run.json", "metrics.jsonl", "learning_curve.png"):
+        assert (run_dir / name).is_file(), name
+    assert sorted(int(p.name) for p in (run_dir / "checkpoints").iterdir() if p.name.isdigit())[-1] == EPOCHS
+    assert config_io.load(run_dir / "config.json") == full_run.config
+    assert [r["epoch"] for r in full_run.records] == list(range(1, EPOCHS + 1))
+    evals = [r for r in full_run.records if "eval" in r]
+    assert [r["epoch"] for r in evals] == [2, 4]
+    last = full_run.records[-1]
+    assert np.isfinite(last["score_mean"]) and len(last["eval"]["normalized_score"]) == 1
+    assert all(np.isfinite(v[0]) for v in last["train"].values())
+    assert last["train"]["model_buffer_size"][0] > 0
+    assert full_run.final_eval == last["eval"] and full_run.dataset_score is not None
+
+
+def test_resume_after_sigterm_matches_the_uninterrupted_run(full_run, dataset, world_model_dir, tmp_path):
+    def interrupt_at_epoch_2(report):
+        if report.epoch == 2:
+            os.kill(os.getpid(), signal.SIGTERM)  # handled between epochs: checkpoint, then stop
+
+    run_dir = tmp_path / "interrupted"
+    stopped = run(full_run.config, run_dir, world_model_dir=world_model_dir, dataset=dataset, on_epoch=interrupt_at_epoch_2)
+    assert stopped.interrupted == signal.SIGTERM and stopped.epochs_done == 2
+    checkpoints = Checkpointer(run_dir / "checkpoints")
+    assert checkpoints.latest_epoch() == 2
+    checkpoints.close()
+    resumed = run(None, run_dir, resume=True, dataset=dataset)
+    assert resumed.interrupted is None and resumed.epochs_done == EPOCHS
+    assert comparable(resumed.records) == comparable(full_run.records)
+
+
+def test_three_vmapped_seeds_equal_three_single_runs(full_run, dataset, world_model_dir, tmp_path):
+    config = full_run.config
+    together = run(config_io._apply(config, {"seed": 0, "seeds": 3}), tmp_path / "seeds3",
+                   world_model_dir=world_model_dir, dataset=dataset)
+    singles = [full_run] + [
+        run(config_io._apply(config, {"seed": seed}), tmp_path / f"seed{seed}", world_model_dir=world_model_dir, dataset=dataset)
+        for seed in (1, 2)
+    ]
+    for epoch, record in enumerate(together.records):
+        for name, values in record["train"].items():
+            expected = [single.records[epoch]["train"][name][0] for single in singles]
+            np.testing.assert_allclose(values, expected, rtol=2e-3, atol=1e-4, err_msg=f"epoch {epoch + 1} {name}")
+    final = together.records[-1]
+    expected_scores = [single.records[-1]["eval"]["normalized_score"][0] for single in singles]
+    np.testing.assert_allclose(final["eval"]["normalized_score"], expected_scores, rtol=1e-2, atol=0.05)
+    assert final["score_stderr"] > 0
+
+
+def test_mopo_model_buffer_holds_the_penalised_reward(full_run, dataset, world_model_dir):
+    from envs.tasks import TASKS
+    from world_models.model import WorldModel
+
+    config = full_run.config
+    trainer = trainer_for(config, dataset.info.obs_dim, dataset.info.act_dim)
+    model = WorldModel.load(world_model_dir, TASKS["hopper"].termination_fn)
+    state = jax.tree.map(lambda x: x[0], trainer.initial_state([0]))
+    real = datasets_buffer(dataset)
+    key = jax.random.PRNGKey(7)
+    buffer, _ = jax.jit(trainer.imagine)(state, real, model, key)
+
+    # The same rollout, by hand: same key split, same start states, same policy.
+    start_key, rollout_key = jax.random.split(key)
+    starts = jax.random.randint(start_key, (config.imagination.rollouts_per_epoch,), 0, real.size)
+    imagined = rollout(rollout_key, model, MarkovPolicy(trainer._rollout_act), state.agent.actor_params,
+                       real.data.obs[starts], config.imagination.horizon, trainer.rollout_config)
+    valid = np.asarray(imagined.valid).reshape(-1)
+    raw = np.asarray(imagined.raw_reward).reshape(-1)[valid]
+    u = np.asarray(imagined.uncertainty).reshape(-1)[valid]
+    assert int(buffer.size) == valid.sum() > 0 and np.all(u > 0)
+    np.testing.assert_allclose(np.asarray(buffer.data.reward[: valid.sum()]), raw - config.mopo.penalty_coef * u, rtol=1e-5, atol=1e-5)
+
+
+def datasets_buffer(dataset):
+    from mbrl.train import real_buffer
+
+    return real_buffer(dataset.transitions)
+
+
+def test_cli_rejects_bad_options_with_one_line(capsys, tmp_path):
+    assert cli_main(["train", "--algo", "sarsa"]) == 2
+    assert cli_main(["train", "--preset", "huge"]) == 2
+    assert cli_main(["train", "--resume", str(tmp_path)]) == 2
+    assert cli_main(["train", "--resume", str(tmp_path), "--seeds", "2"]) == 2
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps({"algo": "mopo", "sac": {"num_critics": "ten"}}))
+    assert cli_main(["train", "--config", str(bad)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 5 and all(line.startswith("mbrl: error: ") for line in err)
+    assert "sarsa" in err[0] and "huge" in err[1] and "config.json" in err[2] and "--seeds" in err[3]
+    assert "sac.num_critics" in err[4] and "bad.json" in err[4]
+
+
+def test_cli_eval_and_config_reload(full_run, capsys):
+    assert cli_main(["eval", str(full_run.run_dir), "--episodes", "2"]) == 0
+    out = capsys.readouterr().out
+    expected = full_run.final_eval["normalized_score"][0]
+    assert f"normalized score {expected:.1f}" in out  # the same episodes as the run's last evaluation
+    args = config_io.TrainArgs(config=full_run.run_dir / "config.json")
+    assert config_io.resolve(args) == full_run.config
+    overridden = config_io.resolve(config_io.TrainArgs(config=full_run.run_dir / "config.json", seeds=3))
+    assert overridden.seeds == 3 and overridden.sac == full_run.config.sac
+
+
+def test_bc_trains_on_real_data_only(dataset, dataset_path, tmp_path):
+    config = tiny_config("bc", dataset=str(dataset_path), schedule={**TINY["schedule"], "epochs": 2})
+    result = run(config, tmp_path / "bc", dataset=dataset)
+    assert not (tmp_path / "bc" / "world_model").exists()
+    first, last = result.records[0]["train"]["bc_loss"][0], result.records[-1]["train"]["bc_loss"][0]
+    assert np.isfinite(last) and last < first
+    assert "rollout_length" not in result.records[-1]["train"]
+    assert result.final_eval is not None
+
+
+def test_existing_run_dir_is_refused(full_run):
+    from mbrl.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="already holds a run"):
+        run(full_run.config, full_run.run_dir)
+
+
+def test_a_missing_tracking_sink_is_a_user_error(tmp_path):
+    import importlib.util
+
+    from mbrl.errors import MissingDependencyError
+    from mbrl.logging import RunLogger
+
+    if importlib.util.find_spec("tensorboardX") or importlib.util.find_spec("torch"):
+        pytest.skip("a TensorBoard writer is installed")
+    with pytest.raises(MissingDependencyError, match="tracking"):
+        RunLogger(tmp_path, tensorboard=True)
+
+
+def test_per_seed_world_models_are_fitted_and_stacked(dataset, dataset_path, tmp_path):
+    config = tiny_config(dataset=str(dataset_path), seeds=2,
+                         imagination={**TINY["imagination"], "per_seed_model": True},
+                         schedule={**TINY["schedule"], "epochs": 1, "eval_every": 1})
+    result = run(config, tmp_path / "per-seed", dataset=dataset)
+    facts = json.loads((tmp_path / "per-seed" / "run.json").read_text())
+    assert facts["world_models"] == ["world_model_seed0", "world_model_seed1"]
+    seeds = [json.loads((tmp_path / "per-seed" / name / "model.json").read_text())["info"]["seed"] for name in facts["world_models"]]
+    assert seeds == [0, 1]
+    sizes = result.records[-1]["train"]["model_buffer_size"]
+    assert len(sizes) == 2 and all(s > 0 for s in sizes)
