@@ -130,8 +130,8 @@ class EpisodeLog:
 class HostLoop:
     """Steps one env on the host and feeds `OnlineSAC` chunks. Episode i resets with seed `seed + i`.
 
-    The policy acts with a jitted call per step (cheap next to one update per step). Resuming from a
-    checkpoint starts a fresh episode: mid-episode env state is not saved.
+    The policy acts with a jitted call per step (cheap next to one update per step). For an exact resume
+    mid-episode, save `episode_in_progress()` with the simulator's state and restore both.
     """
 
     def __init__(self, sac: OnlineSAC, env, seed: int, action_low, action_high):
@@ -151,6 +151,19 @@ class HostLoop:
         self._obs, _ = self.env.reset(seed=self.seed + self.episodes)
         self._episode_return = 0.0
         self._episode_length = 0
+
+    def episode_in_progress(self) -> dict | None:
+        """The host side of the current episode (None between episodes), for an exact resume."""
+        if self._obs is None:
+            return None
+        return {"obs": np.asarray(self._obs).tolist(), "return": self._episode_return, "length": self._episode_length}
+
+    def resume_episode(self, episode: dict) -> None:
+        """Reset with this episode's seed and restore the host side; the caller restores the simulator."""
+        self._reset()
+        self._obs = np.asarray(episode["obs"], dtype=np.asarray(self._obs).dtype)
+        self._episode_return = episode["return"]
+        self._episode_length = episode["length"]
 
     def to_env(self, action):
         return self.low + (np.asarray(action) + 1.0) * 0.5 * (self.high - self.low)

@@ -3,6 +3,9 @@
     python scripts/train_behaviour.py train --task hopper        # start, or resume where it stopped
     python scripts/train_behaviour.py finalize --task hopper     # pick expert/medium, write envs/behaviour/
 
+A resume is exact: the checkpoint holds the episode in progress with MuJoCo's integration state, so an
+interrupted run continues bit for bit as if it had not stopped (checked by the tests).
+
 `train` writes its working files under results/behaviour/<task>/ (git-ignored):
   checkpoint.npz   the whole training state (agent, replay buffer, progress), rewritten atomically
   snapshots/       the actor every `--snapshot-every` env steps (flax msgpack), the medium candidates
@@ -27,6 +30,7 @@ import time  # noqa: E402
 from pathlib import Path  # noqa: E402
 
 import jax  # noqa: E402
+import mujoco  # noqa: E402
 import numpy as np  # noqa: E402
 from flax import serialization  # noqa: E402
 
@@ -60,6 +64,25 @@ def atomic_write_bytes(path: Path, data: bytes) -> None:
     os.replace(tmp, path)
 
 
+def simulator_state(loop: HostLoop) -> dict | None:
+    """The episode in progress with MuJoCo's full integration state and the time-limit counter."""
+    episode = loop.episode_in_progress()
+    if episode is None:
+        return None
+    raw = loop.env.unwrapped
+    spec = mujoco.mjtState.mjSTATE_INTEGRATION
+    mj_state = np.empty(mujoco.mj_stateSize(raw.model, spec), np.float64)
+    mujoco.mj_getState(raw.model, raw.data, mj_state, spec)
+    return {**episode, "mj_state": mj_state.tolist(), "elapsed_steps": loop.env._elapsed_steps}
+
+
+def restore_simulator(loop: HostLoop, saved: dict) -> None:
+    loop.resume_episode(saved)
+    raw = loop.env.unwrapped
+    mujoco.mj_setState(raw.model, raw.data, np.asarray(saved["mj_state"], np.float64), mujoco.mjtState.mjSTATE_INTEGRATION)
+    loop.env._elapsed_steps = saved["elapsed_steps"]
+
+
 def save_checkpoint(path: Path, state: OnlineState, loop: HostLoop, extra: dict) -> None:
     size = int(state.buffer.size)
     arrays = {f"agent_{i}": np.asarray(x) for i, x in enumerate(jax.tree.leaves(state.agent))}
@@ -73,6 +96,7 @@ def save_checkpoint(path: Path, state: OnlineState, loop: HostLoop, extra: dict)
         "lengths": loop.log.lengths,
         "end_steps": loop.log.end_steps,
         "rng": loop.rng.bit_generator.state,
+        "episode_in_progress": simulator_state(loop),
         **extra,
     }
     arrays["progress"] = np.frombuffer(json.dumps(progress).encode(), np.uint8)
@@ -102,6 +126,8 @@ def load_checkpoint(path: Path, sac: OnlineSAC, state: OnlineState, loop: HostLo
     loop.episodes = progress["episodes"]
     loop.log.returns, loop.log.lengths, loop.log.end_steps = progress["returns"], progress["lengths"], progress["end_steps"]
     loop.rng.bit_generator.state = progress["rng"]
+    if progress.get("episode_in_progress"):  # older checkpoints lack it: those start a new episode
+        restore_simulator(loop, progress["episode_in_progress"])
     return OnlineState(agent=agent, buffer=buffer, key=key), progress
 
 

@@ -176,12 +176,16 @@ def _online_run(sac: OnlineSAC, seed: int):
 
 
 @pytest.fixture(scope="module")
-def two_online_runs():
+def online_sac():
     cfg = SACConfig(
         sacn=SACNConfig(hidden_sizes=(16, 16), batch_size=32), buffer_capacity=400, warmup_steps=100, chunk_steps=50
     )
-    sac = OnlineSAC(cfg, 11, 3)  # one instance: its compiled chunk is shared by both runs
-    return _online_run(sac, 0), _online_run(sac, 0)
+    return OnlineSAC(cfg, 11, 3)  # one instance: its compiled chunk is shared by every run below
+
+
+@pytest.fixture(scope="module")
+def two_online_runs(online_sac):
+    return _online_run(online_sac, 0), _online_run(online_sac, 0)
 
 
 def test_online_sac_runs_chunks_and_learns_from_its_buffer(two_online_runs):
@@ -203,3 +207,35 @@ def test_online_sac_is_deterministic_for_a_seed(two_online_runs):
     for x, y in zip(jax.tree.leaves(a), jax.tree.leaves(b)):
         np.testing.assert_array_equal(np.asarray(x), np.asarray(y))
     assert loop_a.log.returns == loop_b.log.returns
+
+
+def test_behaviour_training_resumes_exactly_mid_episode(tmp_path, online_sac, two_online_runs):
+    """A checkpoint taken mid-episode and restored continues bit for bit (scripts/train_behaviour.py)."""
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "scripts" / "train_behaviour.py"
+    spec = importlib.util.spec_from_file_location("train_behaviour", path)
+    tb = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(tb)
+    sac = online_sac
+    (state_a, loop_a, _, _), _ = two_online_runs  # 4 chunks uninterrupted, seed 0
+
+    def fresh():
+        env = gym.make("Hopper-v5")
+        return sac.init(jax.random.PRNGKey(0)), HostLoop(sac, env, 0, env.action_space.low, env.action_space.high)
+
+    state_b, loop_b = fresh()
+    for _ in range(3):
+        state_b, _ = loop_b.run_chunk(state_b)
+    assert loop_b.episode_in_progress() is not None  # the checkpoint falls inside an episode
+    ckpt = tmp_path / "checkpoint.npz"
+    tb.save_checkpoint(ckpt, state_b, loop_b, {"seed": 0})
+    state_c, loop_c = fresh()
+    state_c, progress = tb.load_checkpoint(ckpt, sac, state_c, loop_c)
+    assert progress["env_steps"] == 150
+    state_c, _ = loop_c.run_chunk(state_c)
+
+    for x, y in zip(jax.tree.leaves(state_a), jax.tree.leaves(state_c)):
+        np.testing.assert_array_equal(np.asarray(x), np.asarray(y))
+    assert loop_a.log.returns == loop_c.log.returns and loop_a.env_steps == loop_c.env_steps
