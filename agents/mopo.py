@@ -14,9 +14,8 @@ import dataclasses
 import jax
 import jax.numpy as jnp
 
-from agents.sac_n import SACN, SACNConfig, SACNState
+from agents.sac_n import SACNAgent, SACNConfig
 from mbrl.errors import ConfigError
-from mbrl.types import Transitions
 
 
 @dataclasses.dataclass(frozen=True)
@@ -40,32 +39,13 @@ def penalized_reward(reward: jax.Array, uncertainty: jax.Array, penalty_coef: fl
     return reward - penalty_coef * uncertainty
 
 
-class MOPO:
+class MOPO(SACNAgent):
     """SAC-N (default N=2) trained on λ·u-penalised model rewards mixed with real data."""
 
-    uses_model = True
-
     def __init__(self, sac: SACNConfig, mopo: MOPOConfig, obs_dim: int, act_dim: int):
+        super().__init__(sac, obs_dim, act_dim)
         self.config = mopo
-        self.core = SACN(sac, obs_dim, act_dim)
-        self.batch_size = sac.batch_size
         self.uncertainty = mopo.uncertainty
-
-    def init(self, key: jax.Array) -> SACNState:
-        return self.core.init(key)
-
-    def update(self, state: SACNState, batch: Transitions, key: jax.Array):
-        return self.core.update(state, batch, key)
-
-    def update_many(self, state: SACNState, batches: Transitions, key: jax.Array):
-        return self.core.update_many(state, batches, key)
-
-    @staticmethod
-    def actor_params(state: SACNState):
-        return state.actor_params
-
-    def act(self, actor_params, obs, key, deterministic: bool = False):
-        return self.core.act(actor_params, obs, key, deterministic)
 
     def model_reward(self, reward: jax.Array, uncertainty: jax.Array) -> jax.Array:
         return penalized_reward(reward, uncertainty.astype(jnp.float32), self.config.penalty_coef)

@@ -12,10 +12,7 @@ Defaults: anyasims/edge-of-reach train_ravl_agent.py (N=10 critics of 3x256, η=
 
 from __future__ import annotations
 
-import jax
-
-from agents.sac_n import SACN, SACNConfig, SACNState
-from mbrl.types import Transitions
+from agents.sac_n import SACNAgent, SACNConfig
 
 DEFAULT_SAC = SACNConfig(
     num_critics=10,
@@ -30,33 +27,5 @@ DEFAULT_SAC = SACNConfig(
 )
 
 
-class RAVL:
-    """EDAC-style SAC-N on unpenalised model rollouts plus real data."""
-
-    uses_model = True
-    uncertainty = "aleatoric_max"  # only logged: RAVL does not penalise
-
-    def __init__(self, sac: SACNConfig, obs_dim: int, act_dim: int):
-        self.core = SACN(sac, obs_dim, act_dim)
-        self.batch_size = sac.batch_size
-
-    def init(self, key: jax.Array) -> SACNState:
-        return self.core.init(key)
-
-    def update(self, state: SACNState, batch: Transitions, key: jax.Array):
-        return self.core.update(state, batch, key)
-
-    def update_many(self, state: SACNState, batches: Transitions, key: jax.Array):
-        return self.core.update_many(state, batches, key)
-
-    @staticmethod
-    def actor_params(state: SACNState):
-        return state.actor_params
-
-    def act(self, actor_params, obs, key, deterministic: bool = False):
-        return self.core.act(actor_params, obs, key, deterministic)
-
-    @staticmethod
-    def model_reward(reward: jax.Array, uncertainty: jax.Array) -> jax.Array:
-        del uncertainty
-        return reward
+class RAVL(SACNAgent):
+    """EDAC-style SAC-N on unpenalised model rollouts plus real data (the base's pass-through reward)."""

@@ -195,3 +195,37 @@ class SACN:
         keys = jax.random.split(key, batches.reward.shape[0])
         state, metrics = jax.lax.scan(lambda s, xs: self.update(s, *xs), state, (batches, keys))
         return state, jax.tree.map(jnp.mean, metrics)
+
+
+class SACNAgent:
+    """The agent interface of the training loop over one SAC-N core, with model rewards passed through.
+
+    MOPO and RAVL are this with their own defaults; MOPO overrides `model_reward` with its penalty.
+    """
+
+    uses_model = True
+    uncertainty = "aleatoric_max"  # the measure the rollouts compute (and log)
+
+    def __init__(self, sac: SACNConfig, obs_dim: int, act_dim: int):
+        self.core = SACN(sac, obs_dim, act_dim)
+        self.batch_size = sac.batch_size
+
+    def init(self, key: jax.Array) -> SACNState:
+        return self.core.init(key)
+
+    def update(self, state: SACNState, batch: Transitions, key: jax.Array):
+        return self.core.update(state, batch, key)
+
+    def update_many(self, state: SACNState, batches: Transitions, key: jax.Array):
+        return self.core.update_many(state, batches, key)
+
+    @staticmethod
+    def actor_params(state: SACNState):
+        return state.actor_params
+
+    def act(self, actor_params, obs, key, deterministic: bool = False):
+        return self.core.act(actor_params, obs, key, deterministic)
+
+    def model_reward(self, reward: jax.Array, uncertainty: jax.Array) -> jax.Array:
+        del uncertainty
+        return reward

@@ -191,6 +191,29 @@ BEHAVIOUR_DIR = Path(os.environ.get("MBRL_BEHAVIOUR_DIR") or Path(__file__).reso
 LEVELS = ("random", "medium", "medium-replay", "expert", "medium-expert")
 DEFAULT_TRANSITIONS = 1_000_000  # D4RL's size
 
+# The normalized score that each level's data is expected to have (the README's dataset table shows these
+# bands next to the measured scores, and the tests check made data against them). medium follows the
+# definition of a policy at about a third of the expert's return; medium-replay is mostly the early,
+# short episodes of the run; medium-expert averages over episodes, most of which are medium's shorter ones.
+SCORE_BANDS: dict[str, tuple[float, float]] = {
+    "random": (-5.0, 5.0),
+    "medium": (20.0, 70.0),
+    "medium-replay": (0.0, 40.0),
+    "expert": (80.0, 120.0),
+    "medium-expert": (30.0, 100.0),
+}
+
+
+def data_score(episode_returns, complete, ref_min: float, ref_max: float) -> float:
+    """The data's mean normalized score over its complete episodes (terminated, or at the time limit).
+
+    Episodes cut short by the collection quota are left out: keeping them would bias the score low.
+    """
+    returns = np.asarray(episode_returns, np.float64)[np.asarray(complete, bool)]
+    if returns.size == 0:
+        raise ValueError("no complete episode in the data: collect more transitions")
+    return float(100.0 * (returns.mean() - ref_min) / (ref_max - ref_min))
+
 
 def dataset_id(task: str, level: str) -> str:
     return f"mbrl/{task}/{level}-v0"

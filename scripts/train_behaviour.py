@@ -313,24 +313,29 @@ def table(args) -> None:
     """Make each level of each task (reusing existing datasets) and print a Markdown table of them."""
     import minari  # noqa: PLC0415
 
-    from envs.collect import LEVELS, data_root, dataset_id, read_record  # noqa: PLC0415
+    from envs.collect import LEVELS, SCORE_BANDS, data_root, data_score, dataset_id, read_record  # noqa: PLC0415
     from mbrl.commands.data_make import MakeArgs, make  # noqa: PLC0415
 
     os.environ.setdefault("MINARI_DATASETS_PATH", str(data_root()))
-    rows = ["| dataset | transitions | episodes | mean return | normalized score |", "|---|---:|---:|---:|---:|"]
+    rows = ["| dataset | transitions | episodes | mean return | normalized score | expected band |",
+            "|---|---:|---:|---:|---:|---|"]
     for task in args.tasks:
         ref_min, ref_max = read_record(task, "random")["mean_return"], read_record(task, "expert")["mean_return"]
         for level in LEVELS:
+            start = time.perf_counter()
             make(MakeArgs(name=f"{task}-{level}", transitions=args.transitions, seed=args.seed))
+            seconds = time.perf_counter() - start
             ds = minari.load_dataset(dataset_id(task, level))
             max_len = TASK_SPECS[task].max_episode_steps
-            # Episodes cut by the collection quota (truncated early, not terminated) are left out.
-            returns = [float(np.sum(ep.rewards)) for ep in ds.iterate_episodes()
-                       if ep.terminations[-1] or len(ep.rewards) == max_len]
-            mean = float(np.mean(returns))
-            score = 100.0 * (mean - ref_min) / (ref_max - ref_min)
-            rows.append(f"| {task}-{level} | {ds.total_steps:,} | {ds.total_episodes:,} | {mean:.1f} | {score:.1f} |")
-            print(rows[-1], flush=True)
+            episodes = list(ds.iterate_episodes())
+            returns = [float(np.sum(ep.rewards)) for ep in episodes]
+            complete = [bool(ep.terminations[-1]) or len(ep.rewards) == max_len for ep in episodes]
+            score = data_score(returns, complete, ref_min, ref_max)
+            mean = float(np.mean(np.asarray(returns)[complete]))
+            low, high = SCORE_BANDS[level]
+            rows.append(f"| {task}-{level} | {ds.total_steps:,} | {ds.total_episodes:,} | {mean:.1f} | {score:.1f} "
+                        f"| {low:g} to {high:g} |")
+            print(rows[-1], f"(made or reused in {seconds:.0f} s)", flush=True)
     text = "\n".join(rows) + f"\n\nseed {args.seed}; normalized over complete episodes.\n"
     (Path(args.out) if hasattr(args, "out") else RESULTS).mkdir(parents=True, exist_ok=True)
     atomic_write_bytes(RESULTS / "datasets_table.md", text.encode())

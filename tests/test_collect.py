@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -144,3 +145,28 @@ def test_medium_replay_plan_follows_the_recorded_segments():
     assert sum(s.steps for s in segments) == 1000
     assert segments[0].label == "snapshot@0"  # the uniform warm-up comes first
     assert len(segments) <= len(record["segments"])
+
+
+@needs_hopper_policies
+def test_made_hopper_medium_scores_in_the_band_the_readme_records(tmp_path, monkeypatch):
+    import re
+
+    import minari
+
+    # 20,000 steps over the 16 lockstep envs: enough whole episodes (5,000 would cut nearly all of them).
+    for var in ("MBRL_DATA_DIR", "MINARI_DATASETS_PATH"):
+        monkeypatch.setenv(var, str(tmp_path))
+    monkeypatch.setenv("MBRL_NO_PROGRESS", "1")
+    assert main(["data", "make", "hopper-medium", "--transitions", "20000"]) == 0
+    dataset = minari.load_dataset("mbrl/hopper/medium-v0")
+    meta = dataset.storage.metadata
+    episodes = list(dataset.iterate_episodes())
+    complete = [bool(ep.terminations[-1]) or len(ep.rewards) == 1000 for ep in episodes]
+    assert sum(complete) >= 20
+    score = collect.data_score([ep.rewards.sum() for ep in episodes], complete, meta["ref_min_score"], meta["ref_max_score"])
+    low, high = collect.SCORE_BANDS["medium"]
+    assert low <= score <= high
+    # The README's dataset table records the same band for the level.
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    row = re.search(r"^\| hopper-medium \|.*$", readme, re.M)
+    assert row is not None and row.group(0).rstrip(" |").endswith(f"{low:g} to {high:g}")

@@ -170,14 +170,45 @@ def convert(
     )
 
 
+_EPISODE_KEYS = ("observations", "actions", "rewards", "terminations", "truncations")
+
+
+def _hdf5_episode_parts(dataset) -> dict[str, list] | None:
+    """The episodes' arrays read straight from Minari's HDF5 file, or None for another storage.
+
+    Minari's own iteration also decodes each episode's `infos` group and builds an EpisodeData: on
+    datasets of many short episodes (45,000 in 1M random-policy steps) that costs minutes; this is
+    one read per array. Flat Box spaces only (the caller has checked), so arrays are stored as they are.
+    """
+    import h5py
+
+    storage = dataset.storage
+    path = Path(storage.data_path) / "main_data.hdf5"
+    if getattr(storage, "FORMAT", None) != "hdf5" or not path.is_file():
+        return None
+    parts: dict[str, list] = {key: [] for key in _EPISODE_KEYS}
+    with h5py.File(path, "r") as file:
+        fid = file.id  # h5py's low-level API: the high-level one costs ~0.2 ms per object
+        for index in dataset.episode_indices:
+            for key in _EPISODE_KEYS:
+                stored = h5py.h5d.open(fid, f"episode_{index}/{key}".encode())
+                array = np.empty(stored.shape, stored.dtype)
+                if array.size:
+                    stored.read(h5py.h5s.ALL, h5py.h5s.ALL, array)
+                parts[key].append(array)
+    return parts
+
+
 def _read_episodes(dataset, source: str) -> dict[str, np.ndarray]:
     """Concatenate every episode's arrays (one Python step per episode, none per row)."""
-    keys = ("observations", "actions", "rewards", "terminations", "truncations")
-    parts: dict[str, list] = {key: [] for key in keys}
+    keys = _EPISODE_KEYS
     try:
-        for episode in dataset.iterate_episodes():
-            for key in keys:
-                parts[key].append(np.asarray(getattr(episode, key)))
+        parts = _hdf5_episode_parts(dataset)
+        if parts is None:
+            parts = {key: [] for key in keys}
+            for episode in dataset.iterate_episodes():
+                for key in keys:
+                    parts[key].append(np.asarray(getattr(episode, key)))
     except Exception as exc:  # noqa: BLE001 - a truncated or corrupt storage file
         raise DatasetError(
             f"{source}: cannot read the episodes ({_reason(exc)}); the dataset may be truncated or corrupt"
