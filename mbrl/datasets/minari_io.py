@@ -176,9 +176,10 @@ _EPISODE_KEYS = ("observations", "actions", "rewards", "terminations", "truncati
 def _hdf5_episode_parts(dataset) -> dict[str, list] | None:
     """The episodes' arrays read straight from Minari's HDF5 file, or None for another storage.
 
-    Minari's own iteration also decodes each episode's `infos` group and builds an EpisodeData: on
-    datasets of many short episodes (45,000 in 1M random-policy steps) that costs minutes; this is
-    one read per array. Flat Box spaces only (the caller has checked), so arrays are stored as they are.
+    Minari's own iteration also decodes each episode's `infos` group and builds an EpisodeData; this
+    is one low-level read per array, which loads hopper-random (45,000 episodes in 1M steps) in about
+    half the time (43 s instead of 77 s here, most of it now HDF5's own per-object lookups). Flat Box
+    spaces only (the caller has checked), so the arrays are stored as they are.
     """
     import h5py
 
