@@ -48,38 +48,25 @@ _IMAGINATION_PAPER = {"rollouts_per_epoch": 50_000, "retain_epochs": 5, "real_ra
 _IMAGINATION_QUICK = {"rollouts_per_epoch": 10_000, "retain_epochs": 5, "real_ratio": 0.05, "horizon": 5}
 _FIT_QUICK = {"max_seconds": 150.0, "max_epochs": 60}
 
+# RAVL's agent (anyasims/edge-of-reach train_ravl_agent.py TrainConfig, see BASE) and MOPO's SAC
+# (OfflineRL-Kit run_example/run_mopo.py): the same in the paper and quick presets.
+_RAVL_SAC = {"num_critics": 10, "hidden_sizes": (256, 256, 256), "eta": 1.0, "actor_lr": 3e-4, "critic_lr": 3e-4,
+             "alpha_lr": 3e-4, "batch_size": 256, "gamma": 0.99, "tau": 5e-3}
+_MOPO_SAC = {"num_critics": 2, "hidden_sizes": (256, 256), "eta": 0.0, "actor_lr": 1e-4, "critic_lr": 3e-4,
+             "alpha_lr": 1e-4, "batch_size": 256, "gamma": 0.99, "tau": 5e-3}
+
 BASE: dict[tuple[str, str], dict[str, Any]] = {
     # RAVL (Sims et al. 2024) defaults: anyasims/edge-of-reach train_ravl_agent.py TrainConfig:
     # num_critics 10, 3 hidden layers of 256 (VectorizedCritic), eta 1.0, lr 3e-4 (actor, critic, alpha),
     # batch 256, gamma 0.99, tau 5e-3, auto alpha, steps_k 5, 3,000 epochs of 1,000 updates. That repo
     # has no per-dataset configs: its README and CLI defaults use these values for every dataset.
     ("ravl", "paper"): {
-        "sac": {
-            "num_critics": 10,
-            "hidden_sizes": (256, 256, 256),
-            "eta": 1.0,
-            "actor_lr": 3e-4,
-            "critic_lr": 3e-4,
-            "alpha_lr": 3e-4,
-            "batch_size": 256,
-            "gamma": 0.99,
-            "tau": 5e-3,
-        },
+        "sac": dict(_RAVL_SAC),
         "imagination": dict(_IMAGINATION_PAPER),
         "schedule": {"epochs": 3000, "updates_per_epoch": 1000, "eval_every": 10, "eval_episodes": 10},
     },
     ("ravl", "quick"): {
-        "sac": {
-            "num_critics": 10,
-            "hidden_sizes": (256, 256, 256),
-            "eta": 1.0,
-            "actor_lr": 3e-4,
-            "critic_lr": 3e-4,
-            "alpha_lr": 3e-4,
-            "batch_size": 256,
-            "gamma": 0.99,
-            "tau": 5e-3,
-        },
+        "sac": dict(_RAVL_SAC),
         "imagination": dict(_IMAGINATION_QUICK),
         "schedule": {"epochs": 40, "updates_per_epoch": 200, "eval_every": 10, "eval_episodes": 5},
         "fit": dict(_FIT_QUICK),
@@ -88,33 +75,13 @@ BASE: dict[tuple[str, str], dict[str, Any]] = {
     # 2x256, actor lr 1e-4, critic lr 3e-4, alpha lr 1e-4, batch 256, gamma 0.99, tau 5e-3, 3,000 epochs
     # of 1,000 updates; the penalty is MOPO's max-over-members ||sigma|| (`aleatoric_max`).
     ("mopo", "paper"): {
-        "sac": {
-            "num_critics": 2,
-            "hidden_sizes": (256, 256),
-            "eta": 0.0,
-            "actor_lr": 1e-4,
-            "critic_lr": 3e-4,
-            "alpha_lr": 1e-4,
-            "batch_size": 256,
-            "gamma": 0.99,
-            "tau": 5e-3,
-        },
+        "sac": dict(_MOPO_SAC),
         "mopo": {"uncertainty": "aleatoric_max"},
         "imagination": dict(_IMAGINATION_PAPER),
         "schedule": {"epochs": 3000, "updates_per_epoch": 1000, "eval_every": 10, "eval_episodes": 10},
     },
     ("mopo", "quick"): {
-        "sac": {
-            "num_critics": 2,
-            "hidden_sizes": (256, 256),
-            "eta": 0.0,
-            "actor_lr": 1e-4,
-            "critic_lr": 3e-4,
-            "alpha_lr": 1e-4,
-            "batch_size": 256,
-            "gamma": 0.99,
-            "tau": 5e-3,
-        },
+        "sac": dict(_MOPO_SAC),
         "mopo": {"uncertainty": "aleatoric_max"},
         "imagination": dict(_IMAGINATION_QUICK),
         "schedule": {"epochs": 40, "updates_per_epoch": 500, "eval_every": 10, "eval_episodes": 5},
