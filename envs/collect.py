@@ -190,6 +190,9 @@ def evaluate_returns(
 BEHAVIOUR_DIR = Path(os.environ.get("MBRL_BEHAVIOUR_DIR") or Path(__file__).resolve().parent / "behaviour")
 LEVELS = ("random", "medium", "medium-replay", "expert", "medium-expert")
 DEFAULT_TRANSITIONS = 1_000_000  # D4RL's size
+# The least mean return (stochastic, 100 episodes) of a shipped expert: 80% of D4RL's expert reference
+# return (d4rl/infos.py REF_MAX_SCORE).
+EXPERT_BAR = {"hopper": 2590.0, "halfcheetah": 9700.0, "walker2d": 3670.0}
 
 # The normalized score that each level's data is expected to have (the README's dataset table shows these
 # bands next to the measured scores, and the tests check made data against them). medium follows the
@@ -257,19 +260,48 @@ class Segment:
 
 
 def collect_segments(
-    task: str, segments: list[Segment], seed: int, num_envs: int = 16, on_steps: Callable[[int], None] | None = None
+    task: str,
+    segments: list[Segment],
+    seed: int,
+    num_envs: int = 16,
+    on_steps: Callable[[int], None] | None = None,
+    continuous: bool = False,
 ) -> list[Episode]:
-    """Episodes of every segment in order; segment k uses seed (seed, k) and `num_envs` lockstep envs."""
+    """Episodes of every segment in order, on `num_envs` lockstep envs.
+
+    Separate (default): segment k runs on its own, with seed (seed, k), and its last episodes are cut at
+    its quota (medium-expert: two datasets put together). `continuous`: one run with seed (seed, 0) in
+    which every env switches to the next segment's policy at the segment's boundary, in the middle of an
+    episode if need be. That is what a training run's replay buffer holds (medium-replay), and it keeps
+    the episodes of tasks that never terminate (halfcheetah) whole.
+    """
     envs = [make_env(task) for _ in range(num_envs)]
-    episodes: list[Episode] = []
-    for k, segment in enumerate(segments):
-        quotas = [segment.steps // num_envs + (i < segment.steps % num_envs) for i in range(num_envs)]
-        seg_seed = int(np.random.SeedSequence([seed, k]).generate_state(1)[0])
-        for slot in run_lockstep(envs, segment.policy, seg_seed, steps_per_env=quotas, on_steps=on_steps):
-            episodes.extend(slot)
-    for env in envs:
-        env.close()
+    try:
+        if continuous:
+            runs = [(_scheduled_policy(segments, num_envs), sum(s.steps for s in segments))]
+        else:
+            runs = [(segment.policy, segment.steps) for segment in segments]
+        episodes: list[Episode] = []
+        for k, (policy, steps) in enumerate(runs):
+            quotas = [steps // num_envs + (i < steps % num_envs) for i in range(num_envs)]
+            run_seed = int(np.random.SeedSequence([seed, k]).generate_state(1)[0])
+            for slot in run_lockstep(envs, policy, run_seed, steps_per_env=quotas, on_steps=on_steps):
+                episodes.extend(slot)
+    finally:
+        for env in envs:
+            env.close()
     return [ep for ep in episodes if len(ep)]
+
+
+def _scheduled_policy(segments: list[Segment], num_envs: int) -> Policy:
+    """The policy of the segment that lockstep step `step` falls in (each env's share of every segment)."""
+    bounds = np.cumsum([0] + [s.steps for s in segments]) / num_envs
+
+    def policy(obs: np.ndarray, step: int) -> np.ndarray:
+        k = min(int(np.searchsorted(bounds, step, side="right")) - 1, len(segments) - 1)
+        return segments[k].policy(obs, step - int(bounds[k]))
+
+    return policy
 
 
 def write_minari(

@@ -38,12 +38,10 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from agents.sac import HostLoop, OnlineSAC, OnlineState, SACConfig, make_policy  # noqa: E402
-from envs.collect import evaluate_returns, make_env  # noqa: E402
+from envs.collect import EXPERT_BAR, evaluate_returns, make_env  # noqa: E402
 from mbrl.types import TASK_SPECS, Transitions  # noqa: E402
 
 RESULTS = REPO / "results" / "behaviour"
-# 80% of D4RL's expert reference return (d4rl/infos.py REF_MAX_SCORE), the bar for "expert".
-EXPERT_BAR = {"hopper": 2590.0, "halfcheetah": 9700.0, "walker2d": 3670.0}
 MAX_STEPS = {"hopper": 1_000_000, "halfcheetah": 2_000_000, "walker2d": 2_000_000}
 # rl-zoo's SAC for MuJoCo uses 10k learning_starts; SpinningUp uses 10k start_steps.
 WARMUP_STEPS = 10_000

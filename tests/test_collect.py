@@ -61,6 +61,23 @@ def test_evaluate_returns_counts_whole_episodes():
     assert returns.shape == (5,) and np.all(np.isfinite(returns))
 
 
+@pytest.mark.parametrize("continuous", [False, True])
+def test_segments_switch_policy_mid_episode_only_when_continuous(continuous):
+    """medium-replay's segments continue the run's episodes across a policy change; others start afresh."""
+    zero = lambda obs, step: np.zeros((obs.shape[0], 6), np.float32)  # noqa: E731
+    segments = [collect.Segment(collect.uniform_policy(6, 0), 1200, "a"), collect.Segment(zero, 1200, "b")]
+    episodes = collect.collect_segments("halfcheetah", segments, seed=0, num_envs=2, continuous=continuous)
+    assert sum(len(ep) for ep in episodes) == 2400
+    if continuous:  # per env: one whole 1,000-step episode (600 steps of each policy), then 200 cut steps
+        whole = [ep for ep in episodes if len(ep) == 1000]
+        assert len(whole) == 2
+        for ep in whole:
+            assert np.all(np.abs(ep.actions[:600]).sum(axis=1) > 0) and np.all(ep.actions[600:] == 0)
+    else:  # each segment is cut at its quota of 600 steps per env
+        assert sorted(len(ep) for ep in episodes) == [600] * 4
+        assert all(ep.truncations[-1] for ep in episodes)
+
+
 def test_interrupted_write_leaves_nothing_behind(tmp_path, lockstep_runs):
     episodes = [ep for slot in lockstep_runs[0] for ep in slot]
     # Rewards that HDF5 cannot store: the write fails after the earlier episodes were written.
@@ -82,6 +99,9 @@ needs_hopper_policies = pytest.mark.skipif(
     not all((collect.BEHAVIOUR_DIR / f"hopper_{p}.json").exists() for p in ("random", "medium", "expert", "medium_replay")),
     reason="the shipped hopper behaviour policies are missing (scripts/train_behaviour.py finalize --task hopper)",
 )
+
+
+SHIPPED_TASKS = sorted(t for t in collect.EXPERT_BAR if (collect.BEHAVIOUR_DIR / f"{t}_expert.json").exists())
 
 
 @pytest.fixture(scope="module")
@@ -147,18 +167,23 @@ def test_medium_replay_plan_follows_the_recorded_segments():
     assert len(segments) <= len(record["segments"])
 
 
-@needs_hopper_policies
-def test_made_hopper_medium_scores_in_the_band_the_readme_records(tmp_path, monkeypatch):
+# Enough whole episodes for a score: hopper's medium episodes last about 400 steps, so 20,000 steps over 16
+# lockstep envs give dozens; halfcheetah's last 1,000, so 4 envs of 6,000 steps give 24.
+BAND_SIZES = {"hopper": ("20000", "16"), "halfcheetah": ("24000", "4"), "walker2d": ("24000", "4")}
+
+
+@pytest.mark.parametrize("task", SHIPPED_TASKS)
+def test_made_medium_scores_in_the_band_the_readme_records(task, tmp_path, monkeypatch):
     import re
 
     import minari
 
-    # 20,000 steps over the 16 lockstep envs: enough whole episodes (5,000 would cut nearly all of them).
     for var in ("MBRL_DATA_DIR", "MINARI_DATASETS_PATH"):
         monkeypatch.setenv(var, str(tmp_path))
     monkeypatch.setenv("MBRL_NO_PROGRESS", "1")
-    assert main(["data", "make", "hopper-medium", "--transitions", "20000"]) == 0
-    dataset = minari.load_dataset("mbrl/hopper/medium-v0")
+    transitions, envs = BAND_SIZES[task]
+    assert main(["data", "make", f"{task}-medium", "--transitions", transitions, "--num-envs", envs]) == 0
+    dataset = minari.load_dataset(f"mbrl/{task}/medium-v0")
     meta = dataset.storage.metadata
     episodes = list(dataset.iterate_episodes())
     complete = [bool(ep.terminations[-1]) or len(ep.rewards) == 1000 for ep in episodes]
@@ -168,5 +193,28 @@ def test_made_hopper_medium_scores_in_the_band_the_readme_records(tmp_path, monk
     assert low <= score <= high
     # The README's dataset table records the same band for the level.
     readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
-    row = re.search(r"^\| hopper-medium \|.*$", readme, re.M)
+    row = re.search(rf"^\| {task}-medium \|.*$", readme, re.M)
     assert row is not None and row.group(0).rstrip(" |").endswith(f"{low:g} to {high:g}")
+
+
+
+@pytest.mark.parametrize("task", SHIPPED_TASKS)
+def test_shipped_policies_meet_their_bars_and_reproduce_their_records(task):
+    """Each shipped expert clears 80% of D4RL's expert return, medium is about a third of it, and both
+    policies, reloaded from their files, return what their 100-episode records say."""
+    from mbrl.commands.data_make import _actor_policy, load_actor
+
+    spec = collect.TASK_SPECS[task]
+    expert, medium = collect.read_record(task, "expert"), collect.read_record(task, "medium")
+    assert not expert["provisional"] and expert["episodes"] == 100
+    assert expert["mean_return"] >= collect.EXPERT_BAR[task]
+    assert 0.2 <= medium["mean_return"] / expert["mean_return"] <= 0.5  # D4RL: about one third
+    assert medium["env_steps"] < expert["env_steps"]  # both from the same run
+    for record in (expert, medium):
+        path = collect.BEHAVIOUR_DIR / record["file"]
+        assert path.stat().st_size <= 1 << 20
+        params = load_actor(path, record["hidden_sizes"], spec.obs_dim, spec.act_dim)
+        policy = _actor_policy(params, record["hidden_sizes"], spec.act_dim, seed=1)
+        returns = collect.evaluate_returns(task, policy, 3, seed=record["eval_seed"], num_envs=3)
+        # 3 episodes against the 100-episode record: within 4 standard errors.
+        assert abs(returns.mean() - record["mean_return"]) <= 4 * record["std_return"] / np.sqrt(3) + 1.0

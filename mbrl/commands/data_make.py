@@ -6,7 +6,8 @@ Levels (D4RL's definitions, Fu et al. 2020):
   expert         the shipped expert policy (the end of that run)
   medium-expert  medium then expert, half of the transitions each
   medium-replay  the SAC run's experience up to the medium checkpoint, regenerated from its recorded
-                 segments (uniform warm-up, then each shipped actor snapshot for the env steps it covered)
+                 segments (uniform warm-up, then each shipped actor snapshot for the env steps it covered);
+                 as in the run, an episode goes on when the acting snapshot changes
 Medium and expert actions are sampled from the stochastic policy, as D4RL did, and clipped to the bounds.
 """
 
@@ -148,7 +149,8 @@ def make(args: MakeArgs) -> int:
     with Progress(*columns, disable=os.environ.get("MBRL_NO_PROGRESS") == "1") as progress:
         bar = progress.add_task("collect", total=total)
         episodes = collect.collect_segments(
-            task, segments, args.seed, num_envs=args.num_envs, on_steps=lambda n: progress.advance(bar, n)
+            task, segments, args.seed, num_envs=args.num_envs, on_steps=lambda n: progress.advance(bar, n),
+            continuous=level == "medium-replay",
         )
     returns = np.array([ep.episode_return for ep in episodes])
     extra = {
