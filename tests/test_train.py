@@ -238,3 +238,32 @@ def test_per_seed_world_models_are_fitted_and_stacked(dataset, dataset_path, tmp
     assert seeds == [0, 1]
     sizes = result.records[-1]["train"]["model_buffer_size"]
     assert len(sizes) == 2 and all(s > 0 for s in sizes)
+
+
+def test_diagnose_agent_probes_the_model_along_the_policys_real_episodes(dataset_path, world_model_dir, capsys):
+    """scripts/diagnose_agent.py: one JSON line for the data, one per probe; a missing model exits 2."""
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "scripts" / "diagnose_agent.py"
+    spec = importlib.util.spec_from_file_location("diagnose_agent", path)
+    diagnose = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(diagnose)
+    tiny = ["sac.num_critics=2", "sac.hidden_sizes=[32,32]", "sac.batch_size=32", "schedule.updates_per_epoch=10",
+            "imagination.rollouts_per_epoch=64", "imagination.horizon=3", "imagination.retain_epochs=2"]
+    diagnose.main(["--dataset", str(dataset_path), "--world-model", str(world_model_dir), "--epochs", "2",
+                   "--probe-every", "2", "--probe-episodes", "2", "--model-starts", "8", "--model-horizon", "12",
+                   "--set", *tiny])
+    lines = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert lines[0]["probe"] == "data" and 0 < lines[0]["mean"] <= lines[0]["p99"] <= lines[0]["max"]
+    (probe,) = lines[1:]
+    assert probe["epoch"] == 2 and probe["updates"] == 20
+    episodes = probe["model_on_policy"]
+    assert len(episodes) == 2
+    assert probe["real"]["length"] == pytest.approx(np.mean([e["length"] for e in episodes]))
+    for e in episodes:
+        assert 1 <= e["length"] <= 1000 and e["error_median"] >= 0 and e["uncertainty_mean"] > 0
+    assert 1 <= probe["model_from_reset"]["length"] <= 12
+    assert 0.0 <= probe["model_from_reset"]["terminated"] <= 1.0
+    with pytest.raises(diagnose.ConfigError, match="no fitted model"):
+        diagnose.main(["--dataset", str(dataset_path), "--world-model", str(world_model_dir / "missing")])
