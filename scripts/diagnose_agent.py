@@ -9,6 +9,8 @@ Every `--probe-every` epochs it prints one JSON line with:
 - `model_on_policy`: along those real episodes, the model's one-step error relative to the real state change
   (median and over the last 10 steps), its uncertainty (the agent's measure) and the largest |z-score| of
   the visited states against the data: how far the policy walks out of the data's support;
+- `q_mean` against `discounted_return_to_go_mean` on those episodes: the critic's min-Q of the policy's own
+  real steps against their actual discounted return (overestimation where the critic never trained);
 - `model_from_reset`: the same policy rolled in the model from reset states of the real env for up to
   `--model-horizon` steps: its length, return and terminated fraction. If this matches `real`, the model
   foresees what happens and any gap is on the agent's side (its critic never trained on those states).
@@ -55,7 +57,7 @@ def parse_overrides(items: list[str]) -> dict:
 
 
 def real_episodes(env_id: str, act, episodes: int, seed: int) -> list[dict]:
-    """Deterministic episodes in the real env: observations, actions, next observations, return."""
+    """Deterministic episodes in the real env: observations, actions, rewards, next observations, return."""
     out = []
     for i in range(episodes):
         env = gym.make(env_id)
@@ -64,12 +66,22 @@ def real_episodes(env_id: str, act, episodes: int, seed: int) -> list[dict]:
         while not done:
             action = act(obs[None].astype(np.float32))[0]
             next_obs, reward, terminated, truncated, _ = env.step(action)
-            rows.append((obs, action, next_obs))
+            rows.append((obs, action, next_obs, reward))
             total += float(reward)
             obs, done = next_obs, terminated or truncated
         env.close()
-        o, a, n = (np.asarray(x, np.float32) for x in zip(*rows))
-        out.append({"obs": o, "action": a, "next_obs": n, "return": total})
+        o, a, n, r = (np.asarray(x, np.float32) for x in zip(*rows))
+        out.append({"obs": o, "action": a, "next_obs": n, "reward": r, "return": total})
+    return out
+
+
+def discounted_to_go(rewards: np.ndarray, gamma: float) -> np.ndarray:
+    """sum_k gamma^k r_{t+k} to the episode's end, for every t."""
+    out = np.zeros(len(rewards), np.float64)
+    running = 0.0
+    for t in range(len(rewards) - 1, -1, -1):
+        running = rewards[t] + gamma * running
+        out[t] = running
     return out
 
 
@@ -117,6 +129,8 @@ def main(argv=None) -> None:
     act = jax.jit(lambda p, o: trainer.agent.act(p, o, jax.random.PRNGKey(0), True))
     policy = MarkovPolicy(lambda p, o, k: trainer.agent.act(p, o, k, True))
     resets = np.stack([gym.make(task.env_id).reset(seed=20_000 + i)[0] for i in range(args.model_starts)])
+    critic = jax.jit(lambda p, o, a: jnp.min(trainer.agent.core.critic.apply(p, o, a), axis=0))
+    gamma = config.sac.gamma
     start = time.perf_counter()
     for epoch in range(1, config.schedule.epochs + 1):
         state, metrics = trainer.run_epoch(state, real, world_model)
@@ -131,9 +145,15 @@ def main(argv=None) -> None:
             error = np.linalg.norm(np.asarray(out.next_obs) - ep["next_obs"], axis=1) / change
             u = np.asarray(out.uncertainty)
             z = np.abs((ep["obs"] - mean) / std).max(axis=1)
+            # The critic's value of the policy's own real steps against what they actually returned: the
+            # real episode ends where the hopper falls, so a critic that never saw those states overestimates.
+            q = np.asarray(critic(jax.tree.map(lambda x: x[0], state.agent.critic_params), jnp.asarray(ep["obs"]),
+                                  jnp.asarray(ep["action"])))
+            to_go = discounted_to_go(ep["reward"], gamma)
             probes.append({"length": len(u), "error_median": float(np.median(error)), "error_last10": float(error[-10:].mean()),
                            "uncertainty_mean": float(u.mean()), "uncertainty_last10": float(u[-10:].mean()),
-                           "max_abs_z_mean": float(z.mean())})
+                           "max_abs_z_mean": float(z.mean()), "q_mean": float(q.mean()),
+                           "discounted_return_to_go_mean": float(to_go.mean())})
         imagined = rollout(jax.random.PRNGKey(epoch), world_model, policy, params, jnp.asarray(resets, jnp.float32),
                            args.model_horizon, RolloutConfig(uncertainty=uncertainty))
         returns = np.array([ep["return"] for ep in episodes])

@@ -249,6 +249,7 @@ def test_diagnose_agent_probes_the_model_along_the_policys_real_episodes(dataset
     spec = importlib.util.spec_from_file_location("diagnose_agent", path)
     diagnose = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(diagnose)
+    np.testing.assert_allclose(diagnose.discounted_to_go(np.array([1.0, 1.0, 1.0]), 0.5), [1.75, 1.5, 1.0])
     tiny = ["sac.num_critics=2", "sac.hidden_sizes=[32,32]", "sac.batch_size=32", "schedule.updates_per_epoch=10",
             "imagination.rollouts_per_epoch=64", "imagination.horizon=3", "imagination.retain_epochs=2"]
     diagnose.main(["--dataset", str(dataset_path), "--world-model", str(world_model_dir), "--epochs", "2",
@@ -263,6 +264,7 @@ def test_diagnose_agent_probes_the_model_along_the_policys_real_episodes(dataset
     assert probe["real"]["length"] == pytest.approx(np.mean([e["length"] for e in episodes]))
     for e in episodes:
         assert 1 <= e["length"] <= 1000 and e["error_median"] >= 0 and e["uncertainty_mean"] > 0
+        assert np.isfinite(e["q_mean"]) and e["discounted_return_to_go_mean"] != 0
     assert 1 <= probe["model_from_reset"]["length"] <= 12
     assert 0.0 <= probe["model_from_reset"]["terminated"] <= 1.0
     with pytest.raises(diagnose.ConfigError, match="no fitted model"):
