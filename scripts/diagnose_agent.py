@@ -128,7 +128,9 @@ def main(argv=None) -> None:
     single = lambda s: jax.tree.map(lambda x: x[0], trainer.agent.actor_params(s.agent))  # noqa: E731
     act = jax.jit(lambda p, o: trainer.agent.act(p, o, jax.random.PRNGKey(0), True))
     policy = MarkovPolicy(lambda p, o, k: trainer.agent.act(p, o, k, True))
-    resets = np.stack([gym.make(task.env_id).reset(seed=20_000 + i)[0] for i in range(args.model_starts)])
+    reset_env = gym.make(task.env_id)
+    resets = np.stack([reset_env.reset(seed=20_000 + i)[0] for i in range(args.model_starts)])
+    reset_env.close()
     critic = jax.jit(lambda p, o, a: jnp.min(trainer.agent.core.critic.apply(p, o, a), axis=0))
     gamma = config.sac.gamma
     start = time.perf_counter()
