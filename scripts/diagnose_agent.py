@@ -28,15 +28,16 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-import gymnasium as gym  # noqa: E402
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 
+from envs import collect  # noqa: E402
 from envs.tasks import TASKS  # noqa: E402
 from mbrl import config as config_io  # noqa: E402
 from mbrl import datasets  # noqa: E402
 from mbrl.errors import ConfigError  # noqa: E402
+from mbrl.evaluate import normalized_score  # noqa: E402
 from mbrl.train import _world_models, trainer_for  # noqa: E402
 from world_models.rollout import MarkovPolicy, RolloutConfig, rollout  # noqa: E402
 
@@ -56,23 +57,17 @@ def parse_overrides(items: list[str]) -> dict:
     return out
 
 
-def real_episodes(env_id: str, act, episodes: int, seed: int) -> list[dict]:
-    """Deterministic episodes in the real env: observations, actions, rewards, next observations, return."""
-    out = []
-    for i in range(episodes):
-        env = gym.make(env_id)
-        obs, _ = env.reset(seed=seed + i)
-        rows, total, done = [], 0.0, False
-        while not done:
-            action = act(obs[None].astype(np.float32))[0]
-            next_obs, reward, terminated, truncated, _ = env.step(action)
-            rows.append((obs, action, next_obs, reward))
-            total += float(reward)
-            obs, done = next_obs, terminated or truncated
-        env.close()
-        o, a, n, r = (np.asarray(x, np.float32) for x in zip(*rows))
-        out.append({"obs": o, "action": a, "next_obs": n, "reward": r, "return": total})
-    return out
+def real_episodes(task: str, act, episodes: int, seed: int) -> list[dict]:
+    """Deterministic episodes in the real env, stepped together: observations, actions, rewards, next
+    observations and return of each."""
+    envs = [collect.make_env(task) for _ in range(episodes)]
+    try:
+        slots = collect.run_lockstep(envs, lambda obs, step: act(obs), seed, episodes_per_env=[1] * episodes)
+    finally:
+        for env in envs:
+            env.close()
+    return [{"obs": ep.observations[:-1], "action": ep.actions, "next_obs": ep.observations[1:], "reward": ep.rewards,
+             "return": ep.episode_return} for (ep,) in slots]
 
 
 def discounted_to_go(rewards: np.ndarray, gamma: float) -> np.ndarray:
@@ -128,7 +123,7 @@ def main(argv=None) -> None:
     single = lambda s: jax.tree.map(lambda x: x[0], trainer.agent.actor_params(s.agent))  # noqa: E731
     act = jax.jit(lambda p, o: trainer.agent.act(p, o, jax.random.PRNGKey(0), True))
     policy = MarkovPolicy(lambda p, o, k: trainer.agent.act(p, o, k, True))
-    reset_env = gym.make(task.env_id)
+    reset_env = collect.make_env(task.name)
     resets = np.stack([reset_env.reset(seed=20_000 + i)[0] for i in range(args.model_starts)])
     reset_env.close()
     critic = jax.jit(lambda p, o, a: jnp.min(trainer.agent.core.critic.apply(p, o, a), axis=0))
@@ -139,7 +134,7 @@ def main(argv=None) -> None:
         if epoch % args.probe_every and epoch != config.schedule.epochs:
             continue
         params = single(state)
-        episodes = real_episodes(task.env_id, lambda o: np.asarray(act(params, jnp.asarray(o))), args.probe_episodes, 10_000)
+        episodes = real_episodes(task.name, lambda o: np.asarray(act(params, jnp.asarray(o))), args.probe_episodes, 10_000)
         probes = []
         for ep in episodes:
             out = step(jnp.asarray(ep["obs"]), jnp.asarray(ep["action"]))
@@ -159,7 +154,7 @@ def main(argv=None) -> None:
         imagined = rollout(jax.random.PRNGKey(epoch), world_model, policy, params, jnp.asarray(resets, jnp.float32),
                            args.model_horizon, RolloutConfig(uncertainty=uncertainty))
         returns = np.array([ep["return"] for ep in episodes])
-        score = None if ref_min is None or ref_max is None else float(100 * (returns.mean() - ref_min) / (ref_max - ref_min))
+        score = None if ref_min is None or ref_max is None else float(normalized_score(returns.mean(), ref_min, ref_max))
         train = {k: float(np.mean(v)) for k, v in jax.device_get(metrics).items()}
         print(json.dumps({
             "epoch": epoch, "updates": epoch * config.schedule.updates_per_epoch, "seconds": round(time.perf_counter() - start, 1),
