@@ -5,7 +5,9 @@
     python scripts/reproduce.py --datasets hopper-medium --seeds 5 --out results/hopper
 
 Each (algorithm, dataset) is one `mbrl train` run with its seeds vmapped, in OUT/runs/ALGO-DATASET.
-MOPO and RAVL on one dataset share one world model (OUT/models/DATASET, fitted once). The script is
+MOPO and RAVL on one dataset share one world model (OUT/models/DATASET, fitted once; put a model fitted
+with `mbrl model fit` there to reuse it). `--algos bc,mopo,ravl,neubay` adds NEUBAY, which fits its own
+large LayerNorm ensemble inside its run (its preset's `ensemble`). The script is
 resumable: a finished run is read back, an interrupted one continues from its checkpoint (Ctrl-C
 stops cleanly). It writes OUT/results.json, OUT/results.md (the Markdown table) and OUT/results.png.
 Missing datasets are made first with `mbrl data make`.
@@ -19,7 +21,9 @@ import sys
 import time
 from pathlib import Path
 
-ALGOS = ("bc", "mopo", "ravl")
+ALGOS = ("bc", "mopo", "ravl", "neubay")
+DEFAULT_ALGOS = ("bc", "mopo", "ravl")
+SHARED_MODEL_ALGOS = ("mopo", "ravl")  # NEUBAY fits its own large LayerNorm ensemble (its preset's `ensemble`)
 DATASETS = tuple(f"{task}-{level}" for task in ("hopper", "halfcheetah", "walker2d") for level in ("medium", "medium-replay"))
 
 
@@ -57,7 +61,7 @@ def world_model_for(dataset_name: str, dataset, preset: str, out: Path, fit_seco
     from mbrl import config as config_io
     from world_models.fit import fit_world_model
 
-    path = out / "models" / dataset_name
+    path = out / "models" / config_io.dataset_key(dataset_name)  # a file path gives its stem
     if (path / "model.json").is_file():
         return path
     config = config_io.build("ravl", dataset_name, preset)
@@ -74,7 +78,7 @@ def run_one(algo: str, dataset_name: str, dataset, args, out: Path) -> dict:
     from mbrl import config as config_io
     from mbrl.train import run
 
-    run_dir = out / "runs" / f"{algo}-{dataset_name}"
+    run_dir = out / "runs" / f"{algo}-{config_io.dataset_key(dataset_name)}"
     result_file = run_dir / "result.json"
     if result_file.is_file():
         summary = json.loads(result_file.read_text())
@@ -82,12 +86,15 @@ def run_one(algo: str, dataset_name: str, dataset, args, out: Path) -> dict:
             print(f"[reproduce] {algo} on {dataset_name}: done before ({summary['score_mean']:.1f})", flush=True)
             return summary
     preset = "paper" if args.full else "quick"
-    world_model = world_model_for(dataset_name, dataset, preset, out, args.fit_seconds) if algo != "bc" else None
+    shared = algo in SHARED_MODEL_ALGOS
+    world_model = world_model_for(dataset_name, dataset, preset, out, args.fit_seconds) if shared else None
     print(f"[reproduce] {algo} on {dataset_name}, {preset} preset, {args.seeds} seeds", flush=True)
     if (run_dir / "config.json").is_file():
         result = run(None, run_dir, resume=True, dataset=dataset)
     else:
         overrides = {"seeds": args.seeds, "seed": args.seed, "schedule": {}}
+        if args.fit_seconds is not None and not shared and algo != "bc":  # a run that fits its own model
+            overrides["fit"] = {"max_seconds": args.fit_seconds, "max_epochs": None}
         for name in ("epochs", "updates_per_epoch", "eval_every"):
             if getattr(args, name) is not None:
                 overrides["schedule"][name] = getattr(args, name)
@@ -161,7 +168,8 @@ def main(argv=None) -> int:
     parser.add_argument("--full", action="store_true", help="paper presets (hours per run on a CPU)")
     parser.add_argument("--seeds", type=int, default=3, help="seeds per run, vmapped (default 3)")
     parser.add_argument("--seed", type=int, default=0, help="first seed")
-    parser.add_argument("--algos", default=",".join(ALGOS), help=f"comma-separated, from {', '.join(ALGOS)}")
+    parser.add_argument("--algos", default=",".join(DEFAULT_ALGOS),
+                        help=f"comma-separated, from {', '.join(ALGOS)} (default: {', '.join(DEFAULT_ALGOS)})")
     parser.add_argument("--datasets", default=",".join(DATASETS), help="comma-separated dataset names")
     parser.add_argument("--out", type=Path, default=Path("results/reproduce"))
     parser.add_argument("--epochs", type=int, default=None, help="override every preset's schedule.epochs")

@@ -242,13 +242,7 @@ def test_per_seed_world_models_are_fitted_and_stacked(dataset, dataset_path, tmp
 
 def test_diagnose_agent_probes_the_model_along_the_policys_real_episodes(dataset_path, world_model_dir, capsys):
     """scripts/diagnose_agent.py: one JSON line for the data, one per probe; a missing model exits 2."""
-    import importlib.util
-    from pathlib import Path
-
-    path = Path(__file__).resolve().parents[1] / "scripts" / "diagnose_agent.py"
-    spec = importlib.util.spec_from_file_location("diagnose_agent", path)
-    diagnose = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(diagnose)
+    diagnose = _load_script("diagnose_agent")
     np.testing.assert_allclose(diagnose.discounted_to_go(np.array([1.0, 1.0, 1.0]), 0.5), [1.75, 1.5, 1.0])
     tiny = ["sac.num_critics=2", "sac.hidden_sizes=[32,32]", "sac.batch_size=32", "schedule.updates_per_epoch=10",
             "imagination.rollouts_per_epoch=64", "imagination.horizon=3", "imagination.retain_epochs=2"]
@@ -269,3 +263,47 @@ def test_diagnose_agent_probes_the_model_along_the_policys_real_episodes(dataset
     assert 0.0 <= probe["model_from_reset"]["terminated"] <= 1.0
     with pytest.raises(diagnose.ConfigError, match="no fitted model"):
         diagnose.main(["--dataset", str(dataset_path), "--world-model", str(world_model_dir / "missing")])
+
+
+def _load_script(name):
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "scripts" / f"{name}.py"
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_reproduce_writes_the_table_reuses_a_placed_model_and_skips_finished_runs(dataset_path, world_model_dir,
+                                                                                    tmp_path, capsys):
+    """scripts/reproduce.py on a tiny budget: BC and MOPO, 2 vmapped seeds, the model placed in OUT/models."""
+    import shutil
+
+    reproduce = _load_script("reproduce")
+    out = tmp_path / "repro"
+    shutil.copytree(world_model_dir, out / "models" / "hopper-tiny")
+    argv = ["--datasets", str(dataset_path), "--algos", "bc,mopo", "--seeds", "2", "--epochs", "2",
+            "--updates-per-epoch", "10", "--eval-every", "1", "--out", str(out)]
+    assert reproduce.main(argv) == 0
+    printed = capsys.readouterr().out
+    assert "fitting the world model" not in printed  # the placed model was used
+    summaries = json.loads((out / "results.json").read_text())
+    assert [(s["algo"], s["updates"], s["complete"], len(s["scores"])) for s in summaries] == [
+        ("bc", 20, True, 2), ("mopo", 20, True, 2)]
+    assert all(len(s["curve"]) == 2 and s["dataset_score"] is not None for s in summaries)
+    (row,) = [line for line in (out / "results.md").read_text().splitlines() if line.startswith(f"| {dataset_path}")]
+    assert row.count("±") == 2 and "partial" not in row
+    assert (out / "results.png").stat().st_size > 0
+    assert json.loads((out / "runs" / "mopo-hopper-tiny" / "config.json").read_text())["seeds"] == 2
+
+    assert reproduce.main(argv) == 0  # finished runs are read back, not trained again
+    assert capsys.readouterr().out.count("done before") == 2
+    assert json.loads((out / "results.json").read_text()) == summaries
+
+    assert reproduce.main(["--datasets", "hopper-nonsense", "--algos", "bc", "--out", str(out)]) == 2
+    assert "hopper-nonsense" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as exc:
+        reproduce.main(["--algos", "bc,sarsa"])
+    assert exc.value.code == 2
