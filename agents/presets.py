@@ -43,8 +43,9 @@ MOPO_DEFAULT_HORIZON_PENALTY = (5, 0.5)
 # `dataset_ratio`).
 _IMAGINATION_PAPER = {"rollouts_per_epoch": 50_000, "retain_epochs": 5, "real_ratio": 0.05, "horizon": 5}
 
-# The quick versions: a model fit capped at a time budget, 5x fewer rollouts per epoch and 5x fewer
-# updates per epoch (same rollouts-per-update ratio), evaluation on the real env every few epochs.
+# The quick versions: a model fit capped at a time budget, 5x fewer rollouts per epoch, evaluation on the
+# real env every few epochs. RAVL quick also has 5x fewer updates per epoch (the paper's 50 rollouts per
+# update); MOPO quick has 2x fewer (20 rollouts per update, 2,500 updates of model data retained).
 _IMAGINATION_QUICK = {"rollouts_per_epoch": 10_000, "retain_epochs": 5, "real_ratio": 0.05, "horizon": 5}
 _FIT_QUICK = {"max_seconds": 150.0, "max_epochs": 60}
 
