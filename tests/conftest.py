@@ -15,3 +15,4 @@ def _isolated_data_dirs(tmp_path_factory, monkeypatch):
     root = tmp_path_factory.getbasetemp()
     monkeypatch.setenv("MBRL_DATA_DIR", str(root / "mbrl-datasets"))
     monkeypatch.setenv("MINARI_DATASETS_PATH", str(root / "mbrl-datasets"))
+    monkeypatch.setenv("MBRL_CACHE_DIR", str(root / "jax-cache"))  # `mbrl train` keeps compiles on disk
