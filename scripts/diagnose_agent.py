@@ -134,6 +134,7 @@ def main(argv=None) -> None:
         if epoch % args.probe_every and epoch != config.schedule.epochs:
             continue
         params = single(state)
+        critic_params = jax.tree.map(lambda x: x[0], state.agent.critic_params)
         episodes = real_episodes(task.name, lambda o: np.asarray(act(params, jnp.asarray(o))), args.probe_episodes, 10_000)
         probes = []
         for ep in episodes:
@@ -144,8 +145,7 @@ def main(argv=None) -> None:
             z = np.abs((ep["obs"] - mean) / std).max(axis=1)
             # The critic's value of the policy's own real steps against what they actually returned: the
             # real episode ends where the hopper falls, so a critic that never saw those states overestimates.
-            q = np.asarray(critic(jax.tree.map(lambda x: x[0], state.agent.critic_params), jnp.asarray(ep["obs"]),
-                                  jnp.asarray(ep["action"])))
+            q = np.asarray(critic(critic_params, jnp.asarray(ep["obs"]), jnp.asarray(ep["action"])))
             to_go = discounted_to_go(ep["reward"], gamma)
             probes.append({"length": len(u), "error_median": float(np.median(error)), "error_last10": float(error[-10:].mean()),
                            "uncertainty_mean": float(u.mean()), "uncertainty_last10": float(u[-10:].mean()),

@@ -23,7 +23,8 @@ from pathlib import Path
 
 ALGOS = ("bc", "mopo", "ravl", "neubay")
 DEFAULT_ALGOS = ("bc", "mopo", "ravl")
-SHARED_MODEL_ALGOS = ("mopo", "ravl")  # NEUBAY fits its own large LayerNorm ensemble (its preset's `ensemble`)
+SHARED_MODEL_ALGOS = ("mopo", "ravl")  # one model per dataset, fitted here
+OWN_MODEL_ALGOS = ("neubay",)  # fits its own large LayerNorm ensemble in its run (its preset's `ensemble`)
 DATASETS = tuple(f"{task}-{level}" for task in ("hopper", "halfcheetah", "walker2d") for level in ("medium", "medium-replay"))
 
 
@@ -64,9 +65,8 @@ def world_model_for(dataset_name: str, dataset, preset: str, out: Path, fit_seco
     path = out / "models" / config_io.dataset_key(dataset_name)  # a file path gives its stem
     if (path / "model.json").is_file():
         return path
-    config = config_io.build("ravl", dataset_name, preset)
-    if fit_seconds is not None:
-        config = config_io.build("ravl", dataset_name, preset, {"fit": {"max_seconds": fit_seconds, "max_epochs": None}})
+    overrides = {} if fit_seconds is None else {"fit": {"max_seconds": fit_seconds, "max_epochs": None}}
+    config = config_io.build("ravl", dataset_name, preset, overrides)
     task = TASKS.get(dataset.info.task)
     print(f"[reproduce] fitting the world model of {dataset_name}", flush=True)
     result = fit_world_model(dataset, config=config.ensemble, fit_config=config.fit,
@@ -93,7 +93,7 @@ def run_one(algo: str, dataset_name: str, dataset, args, out: Path) -> dict:
         result = run(None, run_dir, resume=True, dataset=dataset)
     else:
         overrides = {"seeds": args.seeds, "seed": args.seed, "schedule": {}}
-        if args.fit_seconds is not None and not shared and algo != "bc":  # a run that fits its own model
+        if args.fit_seconds is not None and algo in OWN_MODEL_ALGOS:
             overrides["fit"] = {"max_seconds": args.fit_seconds, "max_epochs": None}
         for name in ("epochs", "updates_per_epoch", "eval_every"):
             if getattr(args, name) is not None:
