@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import json
+import os
 import pkgutil
 import sys
 import time
@@ -32,6 +33,44 @@ def discover() -> dict:
     return dict(sorted(figures.items(), key=lambda kv: kv[0] != "matmul_gflops"))
 
 
+# A figure is only as good as the machine was idle: a busy neighbour process or hypervisor steal
+# lowers it without a trace, so each line states both, in CPUs over the figure's wall time.
+BUSY_WARNING_CPUS = 0.2
+
+
+def _cpu_ticks() -> tuple[int, int] | None:
+    """(busy, steal) clock ticks of all CPUs so far, from Linux's /proc/stat; None elsewhere."""
+    try:
+        fields = [int(v) for v in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:9]]
+    except (OSError, ValueError):
+        return None
+    user, nice, system, _idle, _iowait, irq, softirq, steal = fields
+    return user + nice + system + irq + softirq, steal
+
+
+class CpuWatch:
+    """How many CPUs other processes (`other_cpus`) and the hypervisor (`steal_cpus`) took meanwhile.
+
+    A figure's own subprocesses are not others: their time counts once they have been waited for.
+    """
+
+    def __init__(self) -> None:
+        self._ticks, self._self, self._wall = _cpu_ticks(), os.times(), time.perf_counter()
+
+    def stop(self) -> dict:
+        ticks, own, wall = _cpu_ticks(), os.times(), time.perf_counter() - self._wall
+        if ticks is None or self._ticks is None or wall <= 0:
+            return {}
+        hz = os.sysconf("SC_CLK_TCK")
+        busy = (ticks[0] - self._ticks[0]) / hz
+        own_seconds = sum(getattr(own, f) - getattr(self._self, f)
+                          for f in ("user", "system", "children_user", "children_system"))
+        return {
+            "other_cpus": round(max(busy - own_seconds, 0.0) / wall, 2),
+            "steal_cpus": round((ticks[1] - self._ticks[1]) / hz / wall, 2),
+        }
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="small workloads, for a smoke test")
@@ -48,10 +87,13 @@ def main(argv=None) -> int:
         print(f"bench: error: unknown figure(s) {', '.join(unknown)}; known: {', '.join(figures)}", file=sys.stderr)
         return 2
     for name in wanted:
-        start = time.perf_counter()
+        start, watch = time.perf_counter(), CpuWatch()
         result = figures[name](quick=args.quick)
-        line = {"figure": name, **result, "bench_seconds": round(time.perf_counter() - start, 2)}
+        line = {"figure": name, **result, "bench_seconds": round(time.perf_counter() - start, 2), **watch.stop()}
         print(json.dumps(line), flush=True)
+        if line.get("other_cpus", 0.0) > BUSY_WARNING_CPUS:
+            print(f"bench: warning: other processes used {line['other_cpus']} CPUs during {name}; "
+                  "its figure is lower than on an idle machine", file=sys.stderr, flush=True)
     return 0
 
 

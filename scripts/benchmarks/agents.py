@@ -120,7 +120,7 @@ def _update_figure(name: str, algo: str, overrides: dict, quick: bool) -> dict:
         "matmul_gflops": round(peak / 1e9, 2),
         "gflops_per_update": round(result["flops_per_update"] / 1e9, 4),
         "updates_per_call": result["updates"],
-        "load_avg_1min": round(os.getloadavg()[0], 2),
+        "load_avg_1m": round(os.getloadavg()[0], 2),
     }
 
 
@@ -167,7 +167,7 @@ def seeds5_vmapped(quick: bool) -> dict:
         "updates_per_epoch": updates,
         "rollouts_per_epoch": rollouts,
         "epochs_timed": epochs,
-        "load_avg_1min": round(os.getloadavg()[0], 2),
+        "load_avg_1m": round(os.getloadavg()[0], 2),
     }
 
 
