@@ -6,6 +6,8 @@ Each figure lives in `scripts/benchmarks/<topic>.py`, which defines `FIGURES: di
 A figure function takes `quick: bool` and returns a dict with at least `value` and `unit`; the
 runner adds `"figure": NAME`. Workloads that are compared run in the same process, one after the
 other, so that they see the same machine state. `--quick` shrinks workloads (for a smoke test).
+Every line also states `other_cpus` and `steal_cpus`: the CPUs that other processes and the hypervisor
+took while the figure ran (a warning goes to stderr when others took more than 0.2).
 """
 
 from __future__ import annotations
