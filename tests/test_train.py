@@ -240,9 +240,10 @@ def test_per_seed_world_models_are_fitted_and_stacked(dataset, dataset_path, tmp
     assert len(sizes) == 2 and all(s > 0 for s in sizes)
 
 
-def test_diagnose_agent_probes_the_model_along_the_policys_real_episodes(dataset_path, world_model_dir, capsys):
+def test_diagnose_agent_probes_the_model_along_the_policys_real_episodes(dataset_path, world_model_dir, capsys,
+                                                                         load_script):
     """scripts/diagnose_agent.py: one JSON line for the data, one per probe; a missing model exits 2."""
-    diagnose = _load_script("diagnose_agent")
+    diagnose = load_script("diagnose_agent")
     np.testing.assert_allclose(diagnose.discounted_to_go(np.array([1.0, 1.0, 1.0]), 0.5), [1.75, 1.5, 1.0])
     tiny = ["sac.num_critics=2", "sac.hidden_sizes=[32,32]", "sac.batch_size=32", "schedule.updates_per_epoch=10",
             "imagination.rollouts_per_epoch=64", "imagination.horizon=3", "imagination.retain_epochs=2"]
@@ -265,23 +266,12 @@ def test_diagnose_agent_probes_the_model_along_the_policys_real_episodes(dataset
         diagnose.main(["--dataset", str(dataset_path), "--world-model", str(world_model_dir / "missing")])
 
 
-def _load_script(name):
-    import importlib.util
-    from pathlib import Path
-
-    path = Path(__file__).resolve().parents[1] / "scripts" / f"{name}.py"
-    spec = importlib.util.spec_from_file_location(name, path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 def test_reproduce_writes_the_table_reuses_a_placed_model_and_skips_finished_runs(dataset_path, world_model_dir,
-                                                                                    tmp_path, capsys):
+                                                                                    tmp_path, capsys, load_script):
     """scripts/reproduce.py on a tiny budget: BC and MOPO, 2 vmapped seeds, the model placed in OUT/models."""
     import shutil
 
-    reproduce = _load_script("reproduce")
+    reproduce = load_script("reproduce")
     out = tmp_path / "repro"
     shutil.copytree(world_model_dir, out / "models" / "hopper-tiny")
     argv = ["--datasets", str(dataset_path), "--algos", "bc,mopo", "--seeds", "2", "--epochs", "2",
