@@ -23,11 +23,15 @@ LOG_STD_MAX = 2.0
 class MLP(nn.Module):
     hidden_sizes: Sequence[int]
     out_dim: int
+    layer_norm: bool = False  # LayerNorm after each hidden Dense, before the ReLU
 
     @nn.compact
     def __call__(self, x):
         for size in self.hidden_sizes:
-            x = nn.relu(nn.Dense(size)(x))
+            x = nn.Dense(size)(x)
+            if self.layer_norm:
+                x = nn.LayerNorm()(x)
+            x = nn.relu(x)
         return nn.Dense(self.out_dim)(x)
 
 
@@ -60,17 +64,18 @@ class Critic(nn.Module):
     """Q(s, a) for one member."""
 
     hidden_sizes: Sequence[int]
+    layer_norm: bool = False
 
     @nn.compact
     def __call__(self, obs, action):
-        return MLP(self.hidden_sizes, 1)(jnp.concatenate([obs, action], axis=-1))[..., 0]
+        return MLP(self.hidden_sizes, 1, self.layer_norm)(jnp.concatenate([obs, action], axis=-1))[..., 0]
 
 
 class CriticEnsemble:
     """N critics as one batched network: parameters with a leading member axis of size N."""
 
-    def __init__(self, hidden_sizes: Sequence[int], num_members: int):
-        self.member = Critic(tuple(hidden_sizes))
+    def __init__(self, hidden_sizes: Sequence[int], num_members: int, layer_norm: bool = False):
+        self.member = Critic(tuple(hidden_sizes), layer_norm)
         self.num_members = num_members
 
     def init(self, key, obs, action):

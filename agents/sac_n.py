@@ -41,6 +41,14 @@ class SACNConfig:
     eta: float = 0.0  # EDAC gradient-diversity weight; 0 disables the term (and its cost)
     target_entropy: float | None = None  # None: -act_dim
     init_alpha: float = 1.0
+    # LayerNorm in every critic's hidden layers (Ball et al. 2023, "Efficient Online RL with Offline
+    # Data"): it bounds Q on inputs far from the data, where plain MLPs extrapolate without limit.
+    critic_layer_norm: bool = False
+    # Weight of a behaviour-cloning term in the actor loss, as in TD3+BC (Fujimoto & Gu 2021) and
+    # Unifloral's model-based ReBRAC (MoBRAC, Jackson et al. 2025), on the real rows of each batch. The
+    # term is multiplied by the batch's mean |Q| so the weight means the same at any reward scale;
+    # TD3+BC's alpha 2.5 is 1/2.5 = 0.4 here. 0 disables it.
+    actor_bc_coef: float = 0.0
 
 
 @struct.dataclass
@@ -70,16 +78,21 @@ def edac_diversity(action_grads: jax.Array) -> jax.Array:
 class SACN:
     """Networks, optimizers and the pure functions `init`, `update`, `update_many`, `act`."""
 
-    def __init__(self, config: SACNConfig, obs_dim: int, act_dim: int):
+    def __init__(self, config: SACNConfig, obs_dim: int, act_dim: int, bc_rows: int | None = None):
+        """`bc_rows`: the leading rows of every batch whose actions the BC term imitates (the real
+        data of a mixed batch); None means all rows."""
         if config.num_critics < 1:
             raise ValueError(f"num_critics must be >= 1, got {config.num_critics}")
         if config.eta > 0 and config.num_critics < 2:
             raise ValueError("the EDAC term (eta > 0) needs num_critics >= 2")
+        if config.actor_bc_coef > 0 and bc_rows == 0:
+            raise ValueError("the actor's BC term (actor_bc_coef > 0) needs real rows in each batch")
         self.config = config
+        self.bc_rows = bc_rows
         self.obs_dim = obs_dim
         self.act_dim = act_dim
         self.actor = TanhGaussianActor(tuple(config.hidden_sizes), act_dim)
-        self.critic = CriticEnsemble(config.hidden_sizes, config.num_critics)
+        self.critic = CriticEnsemble(config.hidden_sizes, config.num_critics, config.critic_layer_norm)
         self.actor_tx = optax.adam(config.actor_lr)
         self.critic_tx = optax.adam(config.critic_lr)
         self.alpha_tx = optax.adam(config.alpha_lr)
@@ -145,12 +158,23 @@ class SACN:
 
         return jax.vmap(member_grad)(critic_params)
 
-    def actor_loss(self, actor_params, critic_params, log_alpha, obs, key):
-        action, logp = self.sample(actor_params, obs, key)
-        q = jnp.min(self.critic.apply(critic_params, obs, action), axis=0)
+    def actor_loss(self, actor_params, critic_params, log_alpha, batch: Transitions, key):
+        mean, log_std = self.actor.apply(actor_params, batch.obs)
+        action, logp = sample_tanh_gaussian(mean, log_std, key)
+        q = jnp.min(self.critic.apply(critic_params, batch.obs, action), axis=0)
         alpha = jnp.exp(log_alpha)
         loss = jnp.mean(alpha * logp - q)
-        return loss, logp
+        extra = {}
+        if self.config.actor_bc_coef > 0:
+            # The deterministic action imitates the data: on samples, BC would fight the entropy target.
+            rows = slice(None, self.bc_rows)
+            bc = jnp.mean(jnp.sum((jnp.tanh(mean[rows]) - batch.action[rows]) ** 2, axis=-1))
+            # TD3+BC's ratio of the Q and BC terms, with the BC term scaled up rather than Q down, so
+            # the temperature keeps its meaning in reward units for the critic's soft target.
+            q_scale = jax.lax.stop_gradient(jnp.mean(jnp.abs(q)))
+            loss = loss + self.config.actor_bc_coef * q_scale * bc
+            extra = {"actor_bc": bc}
+        return loss, (logp, extra)
 
     # ----------------------------------------------------------------- update
 
@@ -165,8 +189,8 @@ class SACN:
         updates, critic_opt_state = self.critic_tx.update(critic_grads, state.critic_opt_state)
         critic_params = optax.apply_updates(state.critic_params, updates)
 
-        (actor_loss, logp), actor_grads = jax.value_and_grad(self.actor_loss, has_aux=True)(
-            state.actor_params, critic_params, state.log_alpha, batch.obs, actor_key
+        (actor_loss, (logp, actor_metrics)), actor_grads = jax.value_and_grad(self.actor_loss, has_aux=True)(
+            state.actor_params, critic_params, state.log_alpha, batch, actor_key
         )
         updates, actor_opt_state = self.actor_tx.update(actor_grads, state.actor_opt_state)
         actor_params = optax.apply_updates(state.actor_params, updates)
@@ -187,7 +211,8 @@ class SACN:
             alpha_opt_state=alpha_opt_state,
             step=state.step + 1,
         )
-        metrics = dict(critic_metrics, actor_loss=actor_loss, alpha=jnp.exp(log_alpha), entropy=-jnp.mean(logp))
+        metrics = dict(critic_metrics, **actor_metrics, actor_loss=actor_loss, alpha=jnp.exp(log_alpha),
+                       entropy=-jnp.mean(logp))
         return new_state, metrics
 
     def update_many(self, state: SACNState, batches: Transitions, key: jax.Array) -> tuple[SACNState, dict]:
@@ -206,8 +231,8 @@ class SACNAgent:
     uses_model = True
     uncertainty = "aleatoric_max"  # the measure the rollouts compute (and log)
 
-    def __init__(self, sac: SACNConfig, obs_dim: int, act_dim: int):
-        self.core = SACN(sac, obs_dim, act_dim)
+    def __init__(self, sac: SACNConfig, obs_dim: int, act_dim: int, bc_rows: int | None = None):
+        self.core = SACN(sac, obs_dim, act_dim, bc_rows)
         self.batch_size = sac.batch_size
 
     def init(self, key: jax.Array) -> SACNState:

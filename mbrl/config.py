@@ -23,6 +23,7 @@ from agents.mopo import MOPOConfig
 from agents.neubay import NeubayConfig
 from agents.sac_n import SACNConfig
 from mbrl.errors import ConfigError
+from mbrl.replay import real_count
 from world_models.ensemble import EnsembleConfig
 from world_models.fit import FitConfig
 
@@ -46,6 +47,8 @@ def _check_sac(sac: SACNConfig) -> None:
         raise ConfigError(f"sac.gamma: expected a value in (0, 1], found {sac.gamma}")
     if not 0.0 < sac.tau <= 1.0:
         raise ConfigError(f"sac.tau: expected a value in (0, 1], found {sac.tau}")
+    if not sac.actor_bc_coef >= 0:
+        raise ConfigError(f"sac.actor_bc_coef: expected a value >= 0, found {sac.actor_bc_coef}")
     if sac.eta < 0:
         raise ConfigError(f"sac.eta: expected a value >= 0, found {sac.eta}")
     if sac.eta > 0 and sac.num_critics < 2:
@@ -156,6 +159,11 @@ class TrainConfig:
         if self.seed < 0:
             raise ConfigError(f"seed: expected an int >= 0, found {self.seed}")
         _check_sac(self.sac)
+        if self.sac.actor_bc_coef > 0 and self.uses_model and real_count(self.sac.batch_size, self.imagination.real_ratio) == 0:
+            raise ConfigError(
+                f"sac.actor_bc_coef: the BC term imitates the real rows of each batch, but imagination.real_ratio "
+                f"{self.imagination.real_ratio} of batch {self.sac.batch_size} gives none"
+            )
 
     @property
     def uses_model(self) -> bool:
@@ -334,6 +342,9 @@ _SAC_HELP = {
     "eta": "EDAC gradient-diversity weight (0: plain SAC-N)",
     "target_entropy": "entropy target of automatic tuning (default -act_dim)",
     "init_alpha": "initial entropy temperature",
+    "critic_layer_norm": "LayerNorm in each critic's hidden layers",
+    "actor_bc_coef": "weight of a BC term on the real rows in the actor loss, times the batch's mean |Q| "
+    "(TD3+BC's ratio: its alpha 2.5 is 0.4 here; 0: off)",
 }
 
 

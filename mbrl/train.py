@@ -46,10 +46,11 @@ ROLLOUT_SLICE = 2000
 
 def make_agent(config: TrainConfig, obs_dim: int, act_dim: int):
     """The agent named by `config.algo`, with its (init, update_many, act, model_reward) functions."""
+    real_rows = replay.real_count(config.sac.batch_size, config.imagination.real_ratio)  # BC imitates these
     if config.algo == "ravl":
-        return RAVL(config.sac, obs_dim, act_dim)
+        return RAVL(config.sac, obs_dim, act_dim, real_rows)
     if config.algo == "mopo":
-        return MOPO(config.sac, config.mopo, obs_dim, act_dim)
+        return MOPO(config.sac, config.mopo, obs_dim, act_dim, real_rows)
     if config.algo == "bc":
         return BC(config.bc, obs_dim, act_dim)
     raise ConfigError(f"algo: unknown algorithm {config.algo!r}; expected one of ravl, mopo, bc")

@@ -239,3 +239,49 @@ def test_behaviour_training_resumes_exactly_mid_episode(tmp_path, online_sac, tw
     for x, y in zip(jax.tree.leaves(state_a), jax.tree.leaves(state_c)):
         np.testing.assert_array_equal(np.asarray(x), np.asarray(y))
     assert loop_a.log.returns == loop_c.log.returns and loop_a.env_steps == loop_c.env_steps
+
+
+def test_layer_norm_critic_stays_bounded_far_from_the_data():
+    """LayerNorm makes Q scale-invariant in the input far out, where a plain ReLU critic grows linearly."""
+    obs, action = random_batch(5).obs, random_batch(5).action
+    far = {}
+    for layer_norm in (False, True):
+        core = SACN(SACNConfig(hidden_sizes=(16, 16), critic_layer_norm=layer_norm), OBS, ACT)
+        params = core.init(jax.random.PRNGKey(1)).critic_params
+        far[layer_norm] = [np.asarray(core.critic.apply(params, c * obs, c * action)) for c in (1e3, 1e5)]
+    plain, normed = far[False], far[True]
+    np.testing.assert_allclose(plain[1], 100.0 * plain[0], rtol=1e-2)  # linear growth: 100x the input, 100x Q
+    np.testing.assert_allclose(normed[1], normed[0], rtol=1e-3, atol=1e-4)  # bounded
+    assert np.max(np.abs(normed[1])) < 10.0
+
+
+def test_actor_bc_term_equals_a_direct_computation_on_the_real_rows():
+    bc_rows, coef = 3, 0.4
+    core = SACN(SACNConfig(hidden_sizes=(16, 16), actor_bc_coef=coef, batch_size=BATCH), OBS, ACT, bc_rows)
+    state = core.init(jax.random.PRNGKey(2))
+    batch, key = random_batch(6), jax.random.PRNGKey(7)
+    loss, (logp, metrics) = core.actor_loss(state.actor_params, state.critic_params, jnp.log(0.3), batch, key)
+
+    action, same_logp = core.sample(state.actor_params, batch.obs, key)
+    q = np.asarray(core.critic.apply(state.critic_params, batch.obs, action)).min(axis=0)
+    mean_action = np.asarray(core.act(state.actor_params, batch.obs, key, deterministic=True), np.float64)
+    data_action = np.asarray(batch.action, np.float64)
+    bc = np.mean(np.sum((mean_action[:bc_rows] - data_action[:bc_rows]) ** 2, axis=1))
+    expected = np.mean(0.3 * np.asarray(same_logp) - q) + coef * np.mean(np.abs(q)) * bc
+    np.testing.assert_allclose(float(metrics["actor_bc"]), bc, rtol=1e-5)
+    np.testing.assert_allclose(float(loss), expected, rtol=1e-4)
+
+
+def test_actor_bc_term_pulls_the_policy_to_the_data_actions():
+    """With a large BC weight, a few hundred updates on one batch bring the policy's mean action to the
+    data's actions on the real rows; without it they stay apart."""
+    bc_rows = 4
+    batch = random_batch(8)
+    gaps = {}
+    for coef in (0.0, 20.0):
+        core = SACN(SACNConfig(hidden_sizes=(32, 32), actor_bc_coef=coef, batch_size=BATCH), OBS, ACT, bc_rows)
+        batches = jax.tree.map(lambda x: jnp.broadcast_to(x, (300, *x.shape)), batch)
+        state, _ = jax.jit(core.update_many)(core.init(jax.random.PRNGKey(0)), batches, jax.random.PRNGKey(1))
+        mean_action = np.asarray(core.act(state.actor_params, batch.obs[:bc_rows], None, deterministic=True))
+        gaps[coef] = float(np.mean(np.abs(mean_action - np.asarray(batch.action[:bc_rows]))))
+    assert gaps[20.0] < 0.1 < gaps[0.0]
