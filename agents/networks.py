@@ -60,6 +60,17 @@ def sample_tanh_gaussian(mean, log_std, key):
     return action, gaussian_logp - correction
 
 
+def anchor_error(mean, data_action, weights=None):
+    """Mean squared distance between the deterministic action tanh(mean) and the data's action, over the
+    rows with nonzero `weights` (all rows when None): the BC term of TD3+BC-style anchors. On samples
+    instead of tanh(mean), such a term would fight the entropy target."""
+    error = jnp.sum((jnp.tanh(mean) - data_action) ** 2, axis=-1)
+    if weights is None:
+        return jnp.mean(error)
+    weights = weights.astype(error.dtype)
+    return jnp.sum(error * weights) / jnp.maximum(jnp.sum(weights), 1.0)
+
+
 class Critic(nn.Module):
     """Q(s, a) for one member."""
 

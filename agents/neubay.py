@@ -33,7 +33,7 @@ import optax
 from flax import struct
 
 from agents.memory import Memory, MemoryConfig, initial_carry
-from agents.networks import LOG_STD_MAX, LOG_STD_MIN, sample_tanh_gaussian
+from agents.networks import LOG_STD_MAX, LOG_STD_MIN, anchor_error, sample_tanh_gaussian
 from mbrl.errors import ConfigError
 from mbrl.sequence_replay import SequenceBatch
 
@@ -69,6 +69,10 @@ class NeubayConfig:
     rollout_chunk: steps per compiled chunk of a rollout; the rollout stops at the first chunk
         boundary where no trajectory is alive.
     threshold_rows: dataset rows used for the quantile (None: all, as the paper).
+    actor_bc_coef: not in NEUBAY. A BC term in the actor loss on the real steps of each window (the real
+        prefixes): the squared distance of tanh(mean) to the data's action, times the windows' mean |Q|
+        (TD3+BC's ratio, as `sac.actor_bc_coef` of the SAC-N core). It keeps a short-trained policy near
+        the data, where the world model stays accurate and imagination can last. 0 (default): off.
     """
 
     memory: str = "lru"
@@ -110,6 +114,7 @@ class NeubayConfig:
     max_episode_steps: int = 1000
     rollout_chunk: int = 50
     threshold_rows: int | None = None
+    actor_bc_coef: float = 0.0
 
     def __post_init__(self):
         positive = ("d_model", "d_hidden", "memory_layers", "head_hidden", "head_layers", "num_critics",
@@ -127,6 +132,8 @@ class NeubayConfig:
             )
         if not 0.0 <= self.real_weight <= 1.0:
             raise ConfigError(f"neubay.real_weight: expected a value in [0, 1], found {self.real_weight}")
+        if not self.actor_bc_coef >= 0.0:
+            raise ConfigError(f"neubay.actor_bc_coef: expected a value >= 0, found {self.actor_bc_coef}")
         if not self.utd > 0.0:
             raise ConfigError(f"neubay.utd: expected a value > 0, found {self.utd}")
         if self.unc_quantile > 1.0:
@@ -387,7 +394,14 @@ class Neubay:
         q = jnp.mean(self.critic_values(critic_params["heads"], features, action), axis=0)
         mask, real = batch.loss_mask[:, w : w + n], batch.real[:, w : w + n]
         loss, real_loss, imag_loss = weighted_mean(jnp.exp(log_alpha) * logp - q, mask, real, cfg.real_weight)
-        return loss, (real_loss, imag_loss, jax.lax.stop_gradient(-logp))
+        extra = {}
+        if cfg.actor_bc_coef > 0:
+            bc = anchor_error(mean, batch.action[:, w : w + n], mask & real)
+            valid = mask.astype(q.dtype)
+            q_scale = jax.lax.stop_gradient(jnp.sum(jnp.abs(q) * valid) / jnp.maximum(jnp.sum(valid), 1.0))
+            loss = loss + cfg.actor_bc_coef * q_scale * bc
+            extra = {"actor_bc": bc}
+        return loss, (real_loss, imag_loss, jax.lax.stop_gradient(-logp), extra)
 
     # ----------------------------------------------------------------- update
 
@@ -405,7 +419,7 @@ class Neubay:
         critic_params = optax.apply_updates(state.critic_params, updates)
         target_params = optax.incremental_update(critic_params, state.target_critic_params, cfg.tau)
 
-        (actor_loss, (real_pi, imag_pi, entropy)), (head_grads, feature_grads) = jax.value_and_grad(
+        (actor_loss, (real_pi, imag_pi, entropy, actor_extra)), (head_grads, feature_grads) = jax.value_and_grad(
             self.actor_loss, argnums=(0, 1), has_aux=True
         )(state.actor_params["head"], actor_features, critic_params, state.log_alpha, batch, actor_key)
         actor_grads = {"encoder": encoder_vjp(feature_grads)[0], "head": head_grads}
@@ -434,6 +448,7 @@ class Neubay:
         )
         metrics = dict(
             critic_metrics,
+            **actor_extra,
             actor_loss=actor_loss,
             actor_loss_real=real_pi,
             actor_loss_imag=imag_pi,

@@ -23,7 +23,7 @@ import jax.numpy as jnp
 import optax
 from flax import struct
 
-from agents.networks import CriticEnsemble, TanhGaussianActor, sample_tanh_gaussian
+from agents.networks import CriticEnsemble, TanhGaussianActor, anchor_error, sample_tanh_gaussian
 from mbrl.types import Transitions
 
 
@@ -166,9 +166,8 @@ class SACN:
         loss = jnp.mean(alpha * logp - q)
         extra = {}
         if self.config.actor_bc_coef > 0:
-            # The deterministic action imitates the data: on samples, BC would fight the entropy target.
             rows = slice(None, self.bc_rows)
-            bc = jnp.mean(jnp.sum((jnp.tanh(mean[rows]) - batch.action[rows]) ** 2, axis=-1))
+            bc = anchor_error(mean[rows], batch.action[rows])
             # TD3+BC's ratio of the Q and BC terms, with the BC term scaled up rather than Q down, so
             # the temperature keeps its meaning in reward units for the critic's soft target.
             q_scale = jax.lax.stop_gradient(jnp.mean(jnp.abs(q)))

@@ -14,6 +14,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from agents.networks import sample_tanh_gaussian
 from agents.neubay import Encoder, NeubayConfig
 from mbrl import config as config_io
 from mbrl import sequence_replay
@@ -186,6 +187,41 @@ def test_one_update_gives_finite_values_and_changes_every_part(trainer, real, ag
     assert float(new.log_alpha) != float(agent_state.log_alpha)
 
 
+def test_actor_bc_term_equals_a_direct_computation_on_the_real_training_steps(trainer, real, agent_state):
+    from agents.neubay import Neubay
+
+    coef = 0.7
+    anchored = Neubay(dataclasses.replace(TINY, actor_bc_coef=coef), OBS, ACT)
+    batch = sequence_replay.sample(real, jax.random.PRNGKey(5), TINY.num_sequences, TINY.sequence_length,
+                                   TINY.warmup_length)
+    imagined = np.zeros(batch.real.shape, bool)
+    imagined[:, ::2] = True  # every other step counts as imagined: the term must skip those
+    batch = batch.replace(real=batch.real & ~jnp.asarray(imagined))
+    params = agent_state.actor_params
+    features = trainer.agent.encode(params["encoder"], batch)
+    args = (params["head"], features, agent_state.critic_params, agent_state.log_alpha, batch, jax.random.PRNGKey(9))
+    loss, (*_, extra) = anchored.actor_loss(*args)
+    plain_loss, (*_, plain_extra) = trainer.agent.actor_loss(*args)
+    assert plain_extra == {}
+
+    w, n = trainer.agent._split(batch)
+    mean, _ = trainer.agent.actor_head.apply(params["head"], features[:, w : w + n])
+    error = np.sum((np.tanh(np.asarray(mean)) - np.asarray(batch.action)[:, w : w + n]) ** 2, axis=-1)
+    mask = np.asarray(batch.loss_mask)[:, w : w + n]
+    rows = mask & np.asarray(batch.real)[:, w : w + n]
+    assert 0 < rows.sum() < mask.sum()
+    np.testing.assert_allclose(float(extra["actor_bc"]), error[rows].mean(), rtol=1e-5)
+    # Weighted by coef x the windows' mean |Q| (the mean over heads at the actor's sampled actions).
+    mean, log_std = trainer.agent.actor_head.apply(params["head"], features[:, w : w + n])
+    action, _ = sample_tanh_gaussian(mean, log_std, jax.random.PRNGKey(9))
+    critic_features = trainer.agent.encode(agent_state.critic_params["encoder"], batch)[:, w : w + n]
+    q = np.asarray(trainer.agent.critic_values(agent_state.critic_params["heads"], critic_features, action)).mean(axis=0)
+    np.testing.assert_allclose(float(loss) - float(plain_loss), coef * np.abs(q)[mask].mean() * error[rows].mean(),
+                               rtol=1e-3, atol=1e-6)
+    with pytest.raises(Exception, match="neubay.actor_bc_coef"):
+        dataclasses.replace(TINY, actor_bc_coef=-1.0)
+
+
 def test_tape_ring_insert_and_windows(real):
     tape = sequence_replay.empty(3, HORIZON, OBS, ACT)
     rows = real.replace(length=real.length.at[1].set(0))  # a row without transitions is not stored
@@ -210,3 +246,5 @@ def test_presets_carry_the_papers_per_dataset_values():
     assert config.neubay.num_critics == 10 and config.neubay.unc_quantile == 1.0
     quick = config_io.build("neubay", "walker2d-medium", "quick")
     assert quick.neubay.target_entropy_ratio == 1.0 and quick.ensemble.num_members < 128
+    # The quick preset anchors the actor to the data (not in the paper), like MOPO's and RAVL's.
+    assert config.neubay.actor_bc_coef == 0.0 and quick.neubay.actor_bc_coef == 2.5
