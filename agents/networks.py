@@ -60,15 +60,18 @@ def sample_tanh_gaussian(mean, log_std, key):
     return action, gaussian_logp - correction
 
 
+def masked_mean(values, weights):
+    """The mean of `values` weighted by `weights` (a bool mask or floats); 0 when every weight is 0."""
+    weights = weights.astype(values.dtype)
+    return jnp.sum(values * weights) / jnp.maximum(jnp.sum(weights), 1.0)
+
+
 def anchor_error(mean, data_action, weights=None):
     """Mean squared distance between the deterministic action tanh(mean) and the data's action, over the
     rows with nonzero `weights` (all rows when None): the BC term of TD3+BC-style anchors. On samples
     instead of tanh(mean), such a term would fight the entropy target."""
     error = jnp.sum((jnp.tanh(mean) - data_action) ** 2, axis=-1)
-    if weights is None:
-        return jnp.mean(error)
-    weights = weights.astype(error.dtype)
-    return jnp.sum(error * weights) / jnp.maximum(jnp.sum(weights), 1.0)
+    return jnp.mean(error) if weights is None else masked_mean(error, weights)
 
 
 class Critic(nn.Module):

@@ -33,7 +33,7 @@ import optax
 from flax import struct
 
 from agents.memory import Memory, MemoryConfig, initial_carry
-from agents.networks import LOG_STD_MAX, LOG_STD_MIN, anchor_error, sample_tanh_gaussian
+from agents.networks import LOG_STD_MAX, LOG_STD_MIN, anchor_error, masked_mean, sample_tanh_gaussian
 from mbrl.errors import ConfigError
 from mbrl.sequence_replay import SequenceBatch
 
@@ -224,11 +224,8 @@ def _labels(params):
 
 def weighted_mean(per_step, mask, real, real_weight):
     """real_weight · mean over real steps + (1 - real_weight) · mean over imagined steps (each over `mask`)."""
-    mask = mask.astype(jnp.float32)
-    real_mask = mask * real.astype(jnp.float32)
-    imag_mask = mask - real_mask
-    real_loss = jnp.sum(per_step * real_mask) / jnp.maximum(jnp.sum(real_mask), 1.0)
-    imag_loss = jnp.sum(per_step * imag_mask) / jnp.maximum(jnp.sum(imag_mask), 1.0)
+    real_loss = masked_mean(per_step, mask & real)
+    imag_loss = masked_mean(per_step, mask & ~real)
     return real_weight * real_loss + (1.0 - real_weight) * imag_loss, real_loss, imag_loss
 
 
@@ -397,8 +394,7 @@ class Neubay:
         extra = {}
         if cfg.actor_bc_coef > 0:
             bc = anchor_error(mean, batch.action[:, w : w + n], mask & real)
-            valid = mask.astype(q.dtype)
-            q_scale = jax.lax.stop_gradient(jnp.sum(jnp.abs(q) * valid) / jnp.maximum(jnp.sum(valid), 1.0))
+            q_scale = jax.lax.stop_gradient(masked_mean(jnp.abs(q), mask))
             loss = loss + cfg.actor_bc_coef * q_scale * bc
             extra = {"actor_bc": bc}
         return loss, (real_loss, imag_loss, jax.lax.stop_gradient(-logp), extra)

@@ -6,9 +6,10 @@ order: the algorithm's base preset, then its per-dataset entry. No code path dep
 
 `paper`: the published settings. `quick`: sized to finish `mbrl train` (dataset make, model fit,
 training, evaluation) on 2 CPU cores within 20 minutes: fewer updates, smaller rollout batches, a fit
-time budget. MOPO's and RAVL's quick presets also anchor the actor to the data (`_ANCHOR_QUICK`), because
-their critics are far from converged after the 8k to 20k updates a CPU affords; `--sac.actor-bc-coef 0
---imagination.real-ratio 0.05` gives the pure algorithms at the quick budget.
+time budget. MOPO's and RAVL's quick presets also anchor the actor to the data (`_ANCHOR_QUICK`,
+`_ANCHOR_QUICK_RAVL`; NEUBAY's in `agents.neubay_presets`), because their critics are far from converged
+after the 8k to 20k updates a CPU affords; `--sac.actor-bc-coef 0 --imagination.real-ratio 0.05` gives
+the pure algorithms at the quick budget.
 """
 
 from __future__ import annotations

@@ -19,6 +19,7 @@ from agents.neubay import Encoder, NeubayConfig
 from mbrl import config as config_io
 from mbrl import sequence_replay
 from mbrl.config import ScheduleConfig, TrainConfig
+from mbrl.errors import ConfigError
 from mbrl.train_neubay import NeubayTrainer, posterior_members
 from mbrl.types import Transitions
 from world_models.rollout import PolicyInput, warm_up
@@ -205,20 +206,19 @@ def test_actor_bc_term_equals_a_direct_computation_on_the_real_training_steps(tr
     assert plain_extra == {}
 
     w, n = trainer.agent._split(batch)
-    mean, _ = trainer.agent.actor_head.apply(params["head"], features[:, w : w + n])
+    mean, log_std = trainer.agent.actor_head.apply(params["head"], features[:, w : w + n])
     error = np.sum((np.tanh(np.asarray(mean)) - np.asarray(batch.action)[:, w : w + n]) ** 2, axis=-1)
     mask = np.asarray(batch.loss_mask)[:, w : w + n]
     rows = mask & np.asarray(batch.real)[:, w : w + n]
     assert 0 < rows.sum() < mask.sum()
     np.testing.assert_allclose(float(extra["actor_bc"]), error[rows].mean(), rtol=1e-5)
     # Weighted by coef x the windows' mean |Q| (the mean over heads at the actor's sampled actions).
-    mean, log_std = trainer.agent.actor_head.apply(params["head"], features[:, w : w + n])
     action, _ = sample_tanh_gaussian(mean, log_std, jax.random.PRNGKey(9))
     critic_features = trainer.agent.encode(agent_state.critic_params["encoder"], batch)[:, w : w + n]
     q = np.asarray(trainer.agent.critic_values(agent_state.critic_params["heads"], critic_features, action)).mean(axis=0)
     np.testing.assert_allclose(float(loss) - float(plain_loss), coef * np.abs(q)[mask].mean() * error[rows].mean(),
                                rtol=1e-3, atol=1e-6)
-    with pytest.raises(Exception, match="neubay.actor_bc_coef"):
+    with pytest.raises(ConfigError, match="neubay.actor_bc_coef"):
         dataclasses.replace(TINY, actor_bc_coef=-1.0)
 
 
