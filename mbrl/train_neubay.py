@@ -96,7 +96,8 @@ class NeubayTrainer:
         self.obs_dim, self.act_dim = obs_dim, act_dim
         total = config.schedule.epochs * config.schedule.updates_per_epoch
         self.agent = Neubay(config.neubay, obs_dim, act_dim, total_updates=total)
-        self.rollout_config = RolloutConfig(member_mode="per_trajectory", member_pool="elites", uncertainty="epistemic_std")
+        self.rollout_config = RolloutConfig(member_mode="per_trajectory", member_pool="elites", uncertainty="epistemic_std",
+                                            deterministic=not config.neubay.model_noise)
         self.per_seed_model = config.imagination.per_seed_model
         self.init_states = jax.jit(jax.vmap(self.init_state))
         self._run = jax.jit(self._all_seeds, donate_argnums=0)
@@ -252,11 +253,11 @@ class NeubayTrainer:
         sums = jax.tree.map(lambda s: jnp.zeros(s.shape, jnp.float32), metric_shapes)
 
         def do_collect(args):
-            state, key, collects = args
+            state, key, (collects, length_sum) = args
             tape, stats = self.collect(state.agent, state.tape, real, model, threshold, key)
             earned = jnp.maximum(jnp.ceil(stats.transitions * cfg.utd), 1.0).astype(jnp.int32)
             state = state.replace(tape=tape, credit=state.credit + earned, collects=state.collects + 1, last_collect=stats)
-            return state, collects + 1
+            return state, (collects + 1, length_sum + stats.imagined_length_mean)
 
         def one_update(_, carry):
             agent, tape, key, sums = carry
@@ -265,21 +266,27 @@ class NeubayTrainer:
             return agent, tape, key, jax.tree.map(lambda s, m: s + m.astype(jnp.float32), sums, metrics)
 
         def body(c):
-            state, done, sums, collects = c
+            state, done, sums, collected = c
             key, collect_key, update_key = jax.random.split(state.key, 3)
-            state, collects = jax.lax.cond(state.credit <= 0, do_collect, lambda a: (a[0], a[2]),
-                                           (state.replace(key=key), collect_key, collects))
+            state, collected = jax.lax.cond(state.credit <= 0, do_collect, lambda a: (a[0], a[2]),
+                                            (state.replace(key=key), collect_key, collected))
             count = jnp.minimum(state.credit, budget - done)
             agent, _, _, sums = jax.lax.fori_loop(0, count, one_update, (state.agent, state.tape, update_key, sums))
-            return state.replace(agent=agent, credit=state.credit - count), done + count, sums, collects
+            return state.replace(agent=agent, credit=state.credit - count), done + count, sums, collected
 
         zero = jnp.zeros((), jnp.int32)
-        state, _, sums, collects = jax.lax.while_loop(lambda c: c[1] < budget, body, (state, zero, sums, zero))
+        collected = (zero, jnp.zeros((), jnp.float32))
+        state, _, sums, (collects, length_sum) = jax.lax.while_loop(
+            lambda c: c[1] < budget, body, (state, zero, sums, collected))
         metrics = {name: value / budget for name, value in sums.items()}
         last = state.last_collect
         for field in dataclasses.fields(CollectStats):
             if field.name != "length_histogram":
                 metrics[field.name] = getattr(last, field.name)
+        # Every collect of the epoch has parallel_size trajectories, so the mean of their means is the
+        # mean over all of them; an epoch that collected nothing repeats the last collect's.
+        metrics["imagined_length_mean_epoch"] = jnp.where(
+            collects > 0, length_sum / jnp.maximum(collects, 1), last.imagined_length_mean)
         width = cfg.max_episode_steps // HISTOGRAM_BINS
         for i in range(HISTOGRAM_BINS):
             metrics[f"imagined_length_hist_{i * width:04d}_{(i + 1) * width:04d}"] = last.length_histogram[i]

@@ -169,6 +169,47 @@ def test_truncation_never_lets_epistemic_std_exceed_the_threshold(collected):
     assert float(jnp.max(u)) <= float(threshold) * (1 + 1e-5)
 
 
+def test_an_epoch_spends_its_budget_collecting_whenever_the_credit_runs_out(real):
+    # A utd so small that every collect (8 trajectories of < 1,000 transitions) earns exactly one update:
+    # the epoch's 3 updates take 3 collects, all of which fit on the tape.
+    cfg = dataclasses.replace(TINY, utd=1e-4, tape_capacity=64)
+    config = TrainConfig(algo="neubay", neubay=cfg, schedule=ScheduleConfig(epochs=1, updates_per_epoch=3))
+    trainer = NeubayTrainer(config, OBS, ACT)
+    model = _world_model()
+    state, metrics = jax.jit(trainer.epoch)(trainer.init_state(jax.random.PRNGKey(4)), real, model,
+                                            trainer.threshold(model, real))
+    for name, value in metrics.items():
+        assert np.isfinite(np.asarray(value)).all(), name
+    assert int(state.agent.step) == 3 and int(state.credit) == 0
+    assert float(metrics["collects"]) == 3 == int(state.collects)
+    # The epoch's mean imagined length is over every trajectory it collected (rows without any
+    # transition are not stored, and count as 0), not only over the last collect's 8.
+    imagined, _ = _imagined(state.tape)
+    assert 0 < int(state.tape.size) <= 3 * cfg.parallel_size
+    np.testing.assert_allclose(float(metrics["imagined_length_mean_epoch"]), imagined.sum() / (3 * cfg.parallel_size),
+                               rtol=1e-6)
+
+
+def test_without_model_noise_each_imagined_step_is_its_members_mean(real, agent_state):
+    config = TrainConfig(algo="neubay", neubay=dataclasses.replace(TINY, model_noise=False),
+                         schedule=ScheduleConfig(epochs=1, updates_per_epoch=3))
+    trainer = NeubayTrainer(config, OBS, ACT)
+    model = _world_model()
+    tape = sequence_replay.empty(TINY.tape_capacity, HORIZON, OBS, ACT)
+    tape, _ = jax.jit(trainer.collect)(agent_state, tape, real, posterior_members(model), trainer.threshold(model, real),
+                                       jax.random.PRNGKey(3))
+    imagined, _ = _imagined(tape)
+    rows, steps = np.nonzero(imagined)
+    assert len(rows) > 0
+    obs, action = np.asarray(tape.obs)[rows, steps], np.asarray(tape.action)[rows, steps]
+    reward, next_obs = np.asarray(tape.reward)[rows, steps], np.asarray(tape.obs)[rows, steps + 1]
+    member = np.rint(reward * 100).astype(int)  # the member's mean reward is 0.01 x its index, exactly
+    np.testing.assert_allclose(reward, member * 0.01, atol=1e-6)
+    means, _ = model.member_predictions(jnp.asarray(obs), jnp.asarray(action))
+    expected = obs + np.asarray(means)[member, np.arange(len(member)), :OBS]
+    np.testing.assert_allclose(next_obs, expected, rtol=1e-5, atol=1e-5)
+
+
 def test_one_update_gives_finite_values_and_changes_every_part(trainer, real, agent_state):
     batch = sequence_replay.sample(real, jax.random.PRNGKey(5), TINY.num_sequences, TINY.sequence_length,
                                    TINY.warmup_length)

@@ -297,3 +297,27 @@ def test_reproduce_writes_the_table_reuses_a_placed_model_and_skips_finished_run
     with pytest.raises(SystemExit) as exc:
         reproduce.main(["--algos", "bc,sarsa"])
     assert exc.value.code == 2
+
+
+def test_imagined_horizon_compares_a_shipped_policy_in_mujoco_and_in_the_model(dataset_path, world_model_dir, capsys,
+                                                                               load_script):
+    """scripts/imagined_horizon.py: NEUBAY's starts, the real env set to each start, and the model's cases."""
+    probe = load_script("imagined_horizon")
+    first, step, length, remaining = probe.starts(np.array([0, 10, 30]), 35, 500, np.random.default_rng(0), horizon=12)
+    assert np.all(step <= length) and set(first) <= {0, 10, 30}
+    np.testing.assert_array_equal(remaining, np.where(step < length, np.maximum(12 - step, 0), 0))
+    assert np.any(step == length) and np.any(remaining == 0)  # an episode's last observation is a start too
+
+    probe.main(["--dataset", str(dataset_path), "--world-model", str(world_model_dir), "--policy", "expert",
+                "--trajectories", "6", "--horizon", "40", "--threshold-rows", "300"])
+    lines = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    cases = {line["case"]: line for line in lines if "case" in line}
+    assert len(cases) == 2 + 8
+    horizons = {line["mean_remaining_horizon"] for line in cases.values()}
+    assert len(horizons) == 1 and 0 < horizons.pop() <= 40  # every case runs from the same starts
+    for name, line in cases.items():
+        assert 0 <= line["mean_length"] <= line["max_length"] <= 40, name
+        if name.startswith("real") or name.endswith("no_cut"):
+            assert line["cut_by_uncertainty"] == 0.0, name
+        # Every trajectory ends by a fall, a cut or its horizon.
+        assert line["terminated"] + line["cut_by_uncertainty"] + line["full_horizon"] >= 1.0 - 1e-9, name

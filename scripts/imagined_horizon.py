@@ -1,0 +1,174 @@
+"""How long can a fixed policy last in a world model, against the real env, from NEUBAY's start states?
+
+    python scripts/imagined_horizon.py --dataset hopper-medium --world-model wm --policy expert > horizon.jsonl
+
+NEUBAY's imagined length is bounded by three things: the episode's remaining horizon (a trajectory starts
+at a uniform step of a real episode), the policy (does it keep the robot up?), and the model (does it
+foresee that the robot stays up, within the uncertainty threshold?). This script separates them for a
+shipped behaviour policy (`envs/behaviour`), from the same start states as NEUBAY's collects:
+- `real`: the policy in the real MuJoCo env, set to each start state (hopper and walker2d observations
+  hold the whole state but the x position), run until it falls or the remaining horizon runs out:
+  the most a perfect model could give this policy;
+- `model`: the same starts imagined in the model, one posterior member per trajectory (as NEUBAY),
+  cut where epistemic_std exceeds its `--quantile` over the data, with and without that cut, and with
+  the members' sampled or mean steps.
+One JSON line per case: mean, median and max length, the fraction that fell (terminated), the fraction cut
+by uncertainty, and the mean remaining horizon for scale. Diagnostics only.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import jax  # noqa: E402
+import jax.numpy as jnp  # noqa: E402
+import numpy as np  # noqa: E402
+
+from agents.networks import TanhGaussianActor, sample_tanh_gaussian  # noqa: E402
+from envs import collect  # noqa: E402
+from envs.tasks import get_task  # noqa: E402
+from mbrl import datasets  # noqa: E402
+from mbrl.commands.data_make import load_actor  # noqa: E402
+from mbrl.train_neubay import posterior_members  # noqa: E402
+from world_models.model import load as load_model  # noqa: E402
+from world_models.rollout import MarkovPolicy, RolloutConfig, rollout, uncertainty_threshold  # noqa: E402
+
+def starts(episode_starts: np.ndarray, n_rows: int, count: int, rng: np.random.Generator, horizon: int = 1000):
+    """NEUBAY's starts: an episode with probability ∝ its length + 1, then a uniform step 0..length
+    (its last observation included). Returns dataset rows of the start observations and remaining horizons."""
+    bounds = np.append(episode_starts, n_rows)
+    lengths = np.diff(bounds)
+    episode = rng.choice(len(lengths), count, p=(lengths + 1) / (lengths + 1).sum())
+    step = np.minimum((rng.random(count) * (lengths[episode] + 1)).astype(int), lengths[episode])
+    remaining = np.where(step < lengths[episode], np.maximum(horizon - step, 0), 0)
+    return bounds[episode], step, lengths[episode], remaining
+
+
+def summary(name: str, lengths, terminated, cut, remaining) -> dict:
+    lengths = np.asarray(lengths, float)
+    return {
+        "case": name,
+        "mean_length": round(float(lengths.mean()), 1),
+        "median_length": float(np.median(lengths)),
+        "max_length": int(lengths.max()),
+        "terminated": round(float(np.mean(terminated)), 3),
+        "cut_by_uncertainty": round(float(np.mean(cut)), 3),
+        "full_horizon": round(float(np.mean(lengths >= remaining)), 3),
+        "mean_remaining_horizon": round(float(np.mean(remaining)), 1),
+    }
+
+
+def real_lengths(task: str, act, start_obs: np.ndarray, remaining: np.ndarray, seed: int):
+    """Run the policy in lockstep real envs, each set to its start observation."""
+    envs = [collect.make_env(task) for _ in range(len(start_obs))]
+    obs = np.zeros_like(start_obs)
+    for i, env in enumerate(envs):
+        env.reset(seed=seed + i)
+        base = env.unwrapped
+        nq = base.model.nq
+        qpos = np.concatenate([[0.0], start_obs[i, : nq - 1]])
+        qvel = start_obs[i, nq - 1 : nq - 1 + base.model.nv]
+        base.set_state(qpos, qvel)
+        obs[i] = base._get_obs()
+    alive = remaining > 0
+    lengths = np.zeros(len(envs), int)
+    fell = np.zeros(len(envs), bool)
+    for t in range(int(remaining.max())):
+        if not alive.any():
+            break
+        actions = act(obs, t)
+        for i in np.flatnonzero(alive):
+            obs[i], _, terminated, _, _ = envs[i].step(actions[i])
+            lengths[i] += 1
+            if terminated:
+                fell[i] = True
+                alive[i] = False
+            elif lengths[i] >= remaining[i]:
+                alive[i] = False
+    for env in envs:
+        env.close()
+    return lengths, fell
+
+
+def main(argv=None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--dataset", required=True)
+    parser.add_argument("--world-model", required=True)
+    parser.add_argument("--policy", default="expert", help="a shipped behaviour policy: medium, expert, ...")
+    parser.add_argument("--trajectories", type=int, default=200)
+    parser.add_argument("--quantile", type=float, default=1.0)
+    parser.add_argument("--threshold-rows", type=int, default=100_000)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--horizon", type=int, default=1000, help="the task's episode limit")
+    parser.add_argument("--skip-real", action="store_true")
+    args = parser.parse_args(argv)
+
+    data = datasets.load(args.dataset)
+    task_name = data.info.task
+    task = get_task(task_name)
+    tr = data.transitions
+    obs_all, act_all = np.asarray(tr.obs), np.asarray(tr.action)
+    rng = np.random.default_rng(args.seed)
+    first, step, length, remaining = starts(np.asarray(data.episode_starts), len(obs_all), args.trajectories, rng,
+                                           args.horizon)
+    # The start observation: the episode's row `step`, or its last row's next_obs when step == length.
+    rows = first + step
+    at_end = step == length
+    start_obs = np.where(at_end[:, None], np.asarray(tr.next_obs)[rows - 1], obs_all[np.where(at_end, rows - 1, rows)])
+    start_obs = start_obs.astype(np.float32)
+
+    record = collect.read_record(task_name, args.policy)
+    spec = collect.TASK_SPECS[task_name]
+    params = load_actor(collect.BEHAVIOUR_DIR / record["file"], record["hidden_sizes"], spec.obs_dim, spec.act_dim)
+    actor = TanhGaussianActor(tuple(record["hidden_sizes"]), spec.act_dim)
+
+    def act_mean(p, o, key):
+        del key
+        return jnp.tanh(actor.apply(p, o)[0])
+
+    def act_sample(p, o, key):
+        mean, log_std = actor.apply(p, o)
+        return sample_tanh_gaussian(mean, log_std, key)[0]
+
+    header = {"dataset": args.dataset, "world_model": args.world_model, "policy": args.policy,
+              "trajectories": args.trajectories, "quantile": args.quantile}
+    print(json.dumps({"probe": "setup", **header}), flush=True)
+
+    if not args.skip_real:
+        for name, fn in (("real_mean_action", act_mean), ("real_sampled_action", act_sample)):
+            key = jax.random.PRNGKey(args.seed)
+            jitted = jax.jit(fn)
+            lengths, fell = real_lengths(
+                task_name, lambda o, t: np.asarray(jitted(params, jnp.asarray(o, jnp.float32), jax.random.fold_in(key, t))),
+                start_obs, remaining, args.seed)
+            print(json.dumps(summary(name, lengths, fell, np.zeros_like(fell), remaining)), flush=True)
+
+    model = posterior_members(load_model(args.world_model, termination_fn=task.termination_fn))
+    pick = rng.choice(len(obs_all), min(args.threshold_rows, len(obs_all)), replace=False)
+    threshold = uncertainty_threshold(model, jnp.asarray(obs_all[pick]), jnp.asarray(act_all[pick]), args.quantile,
+                                      uncertainty="epistemic_std")
+    print(json.dumps({"probe": "threshold", "epistemic_std": float(threshold),
+                      "members": int(model.elites.shape[0])}), flush=True)
+    members = jnp.asarray(rng.choice(np.asarray(model.elites), args.trajectories))
+    key = jax.random.PRNGKey(args.seed + 1)
+    for policy_name, fn in (("mean_action", act_mean), ("sampled_action", act_sample)):
+        for deterministic in (False, True):
+            for cut in (True, False):
+                cfg = RolloutConfig(member_mode="per_trajectory", uncertainty="epistemic_std",
+                                    deterministic=deterministic, outputs="stats")
+                out = rollout(key, model, MarkovPolicy(fn), params, jnp.asarray(start_obs), args.horizon, cfg,
+                              members=members, max_length=jnp.asarray(remaining, jnp.int32),
+                              threshold=threshold if cut else jnp.float32(jnp.inf))
+                stats = jax.device_get(out.stats)
+                name = f"model_{policy_name}_{'mean_step' if deterministic else 'sampled_step'}_{'cut' if cut else 'no_cut'}"
+                print(json.dumps(summary(name, stats.lengths, stats.terminated, stats.cut_by_uncertainty, remaining)),
+                      flush=True)
+
+
+if __name__ == "__main__":
+    main()
