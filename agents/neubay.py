@@ -73,8 +73,8 @@ class NeubayConfig:
         offline_world/cont_ensemble.py `_step`); False steps with the member's mean. The posterior sample
         (one member per trajectory) is kept either way. MuJoCo itself is deterministic, and under a
         short fit the draws topple a good policy's hopper: `scripts/imagined_horizon.py` on a 22-epoch
-        model has the shipped expert last 104 imagined steps with draws, 502 with the mean, and 549 in
-        MuJoCo from the same starts (the medium policy: 205, 216 and 212).
+        model has the shipped expert last 108 imagined steps with draws, 542 with the mean, and 610 in
+        MuJoCo from the same starts (the medium policy: 226, 236 and 229).
     actor_bc_coef: not in NEUBAY. A BC term in the actor loss on the real steps of each window (the real
         prefixes): the squared distance of tanh(mean) to the data's action, times the windows' mean |Q|
         (TD3+BC's ratio, as `sac.actor_bc_coef` of the SAC-N core). It keeps a short-trained policy near

@@ -70,6 +70,18 @@ class NeubayTrainState:
     epoch: jax.Array
 
 
+def start_steps(real: Tape, key, count: int):
+    """`count` (episode, step) pairs uniform over the dataset's observations, the last one of each episode
+    included (neubay experience/world_buffer.py `HistorySampler.sample`): the collects' starts."""
+    row_key, step_key = jax.random.split(key)
+    written = jnp.arange(real.capacity) < real.size
+    logits = jnp.where(written, jnp.log(real.length.astype(jnp.float32) + 1.0), -jnp.inf)
+    episode = jax.random.categorical(row_key, logits, shape=(count,))
+    length = real.length[episode]
+    step = jnp.floor(jax.random.uniform(step_key, length.shape) * (length + 1)).astype(jnp.int32)
+    return episode, jnp.minimum(step, length)
+
+
 def posterior_members(world_model):
     """The model restricted to its elites (neubay keeps the `collect.ensemble_size` = 100 members of 128
     with the lowest holdout error and measures uncertainty among them only). Other models pass through."""
@@ -150,22 +162,12 @@ class NeubayTrainer:
         zero = jnp.zeros((), jnp.int32)
         return NeubayTrainState(self.agent.init(agent_key), tape, zero, zero, CollectStats.zeros(), key, zero)
 
-    def _starts(self, real: Tape, key):
-        """(episode, step) pairs uniform over the dataset's observations, the last one of each episode included."""
-        row_key, step_key = jax.random.split(key)
-        written = jnp.arange(real.capacity) < real.size
-        logits = jnp.where(written, jnp.log(real.length.astype(jnp.float32) + 1.0), -jnp.inf)
-        episode = jax.random.categorical(row_key, logits, shape=(self.neubay.parallel_size,))
-        length = real.length[episode]
-        step = jnp.floor(jax.random.uniform(step_key, length.shape) * (length + 1)).astype(jnp.int32)
-        return episode, jnp.minimum(step, length)
-
     def collect(self, agent_state: NeubayState, tape: Tape, real: Tape, world_model, threshold, key):
         """Imagine `parallel_size` trajectories from real prefixes and insert them into `tape`."""
         cfg = self.neubay
         batch, horizon = cfg.parallel_size, cfg.max_episode_steps
         start_key, warm_key, member_key, roll_key = jax.random.split(key, 4)
-        episode, offset = self._starts(real, start_key)
+        episode, offset = start_steps(real, start_key, batch)
         lanes = jnp.arange(batch)
         rows = Tape(obs=real.obs[episode], action=real.action[episode], reward=real.reward[episode],
                     terminal=real.terminal[episode], real=real.real[episode], length=real.length[episode],

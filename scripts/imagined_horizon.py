@@ -32,21 +32,11 @@ import numpy as np  # noqa: E402
 from agents.networks import TanhGaussianActor, sample_tanh_gaussian  # noqa: E402
 from envs import collect  # noqa: E402
 from envs.tasks import get_task  # noqa: E402
-from mbrl import datasets  # noqa: E402
+from mbrl import datasets, sequence_replay  # noqa: E402
 from mbrl.commands.data_make import load_actor  # noqa: E402
-from mbrl.train_neubay import posterior_members  # noqa: E402
+from mbrl.train_neubay import posterior_members, start_steps  # noqa: E402
 from world_models.model import load as load_model  # noqa: E402
 from world_models.rollout import MarkovPolicy, RolloutConfig, rollout, uncertainty_threshold  # noqa: E402
-
-def starts(episode_starts: np.ndarray, n_rows: int, count: int, rng: np.random.Generator, horizon: int = 1000):
-    """NEUBAY's starts: an episode with probability ∝ its length + 1, then a uniform step 0..length
-    (its last observation included). Returns dataset rows of the start observations and remaining horizons."""
-    bounds = np.append(episode_starts, n_rows)
-    lengths = np.diff(bounds)
-    episode = rng.choice(len(lengths), count, p=(lengths + 1) / (lengths + 1).sum())
-    step = np.minimum((rng.random(count) * (lengths[episode] + 1)).astype(int), lengths[episode])
-    remaining = np.where(step < lengths[episode], np.maximum(horizon - step, 0), 0)
-    return bounds[episode], step, lengths[episode], remaining
 
 
 def summary(name: str, lengths, terminated, cut, remaining) -> dict:
@@ -111,16 +101,13 @@ def main(argv=None) -> None:
     data = datasets.load(args.dataset)
     task_name = data.info.task
     task = get_task(task_name)
-    tr = data.transitions
-    obs_all, act_all = np.asarray(tr.obs), np.asarray(tr.action)
+    obs_all, act_all = np.asarray(data.transitions.obs), np.asarray(data.transitions.action)
     rng = np.random.default_rng(args.seed)
-    first, step, length, remaining = starts(np.asarray(data.episode_starts), len(obs_all), args.trajectories, rng,
-                                           args.horizon)
-    # The start observation: the episode's row `step`, or its last row's next_obs when step == length.
-    rows = first + step
-    at_end = step == length
-    start_obs = np.where(at_end[:, None], np.asarray(tr.next_obs)[rows - 1], obs_all[np.where(at_end, rows - 1, rows)])
-    start_obs = start_obs.astype(np.float32)
+    # The collects' own starts on the dataset's tape, whose row `length` of an episode is its last next_obs.
+    real = sequence_replay.from_episodes(data.transitions, data.episode_starts, args.horizon)
+    episode, step = jax.device_get(start_steps(real, jax.random.PRNGKey(args.seed), args.trajectories))
+    start_obs = np.asarray(real.obs)[episode, step]
+    remaining = np.where(step < np.asarray(real.length)[episode], args.horizon - step, 0)
 
     record = collect.read_record(task_name, args.policy)
     spec = collect.TASK_SPECS[task_name]

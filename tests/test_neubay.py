@@ -169,6 +169,20 @@ def test_truncation_never_lets_epistemic_std_exceed_the_threshold(collected):
     assert float(jnp.max(u)) <= float(threshold) * (1 + 1e-5)
 
 
+def test_starts_are_uniform_over_the_observations_their_last_included(real):
+    from mbrl.train_neubay import start_steps
+
+    episode, step = jax.device_get(jax.jit(start_steps, static_argnums=2)(real, jax.random.PRNGKey(0), 4000))
+    length = np.asarray(real.length)[episode]
+    assert np.all(step >= 0) and np.all(step <= length) and np.all(episode < int(real.size))
+    # Each observation (every step, and each episode's last next_obs) is equally likely: an episode is
+    # drawn in proportion to its length + 1.
+    observations = np.asarray(EPISODE_LENGTHS) + 1
+    counts = np.bincount(episode, minlength=len(EPISODE_LENGTHS))
+    np.testing.assert_allclose(counts / 4000, observations / observations.sum(), atol=0.03)
+    assert np.all(np.bincount(episode[step == length], minlength=len(EPISODE_LENGTHS)) > 0)
+
+
 def test_an_epoch_spends_its_budget_collecting_whenever_the_credit_runs_out(real):
     # A utd so small that every collect (8 trajectories of < 1,000 transitions) earns exactly one update:
     # the epoch's 3 updates take 3 collects, all of which fit on the tape.
