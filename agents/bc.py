@@ -17,8 +17,8 @@ import optax
 from flax import struct
 
 from agents.networks import MLP
-from mbrl.errors import ConfigError
-from mbrl.types import Transitions
+from mbrl.core.errors import ConfigError
+from mbrl.core.types import Transitions
 
 
 @dataclasses.dataclass(frozen=True)

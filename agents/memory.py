@@ -24,7 +24,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from mbrl.errors import ConfigError
+from mbrl.core.errors import ConfigError
 
 MEMORIES = ("lru", "gru")
 

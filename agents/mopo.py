@@ -15,7 +15,7 @@ import jax
 import jax.numpy as jnp
 
 from agents.sac_n import SACNAgent, SACNConfig
-from mbrl.errors import ConfigError
+from mbrl.core.errors import ConfigError
 
 
 @dataclasses.dataclass(frozen=True)

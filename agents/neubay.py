@@ -34,8 +34,8 @@ from flax import struct
 
 from agents.memory import Memory, MemoryConfig, initial_carry
 from agents.networks import LOG_STD_MAX, LOG_STD_MIN, anchor_error, masked_mean, sample_tanh_gaussian
-from mbrl.errors import ConfigError
-from mbrl.sequence_replay import SequenceBatch
+from mbrl.core.errors import ConfigError
+from mbrl.core.sequence_replay import SequenceBatch
 
 
 @dataclasses.dataclass(frozen=True)

@@ -20,7 +20,7 @@ import numpy as np
 from flax import struct
 
 from agents.sac_n import SACN, SACNConfig, SACNState
-from mbrl.types import Transitions
+from mbrl.core.types import Transitions
 
 
 @dataclasses.dataclass(frozen=True)

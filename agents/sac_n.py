@@ -6,7 +6,7 @@
 - Optional EDAC gradient-diversity term, weight `eta`: the action-gradients of the N critics,
   each normalised, their pairwise dot products summed off the diagonal and divided by N-1.
 
-Agents supply only batches (`mbrl.types.Transitions`): rewards may already carry a penalty
+Agents supply only batches (`mbrl.core.types.Transitions`): rewards may already carry a penalty
 (MOPO), and `terminal` stops bootstrapping while `timeout` does not.
 `update` is a pure function of (state, batch, key), so it can be jitted, `lax.scan`ned over K
 updates (`update_many`) and vmapped over seeds.
@@ -24,7 +24,7 @@ import optax
 from flax import struct
 
 from agents.networks import CriticEnsemble, TanhGaussianActor, anchor_error, sample_tanh_gaussian
-from mbrl.types import Transitions
+from mbrl.core.types import Transitions
 
 
 @dataclasses.dataclass(frozen=True)

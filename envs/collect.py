@@ -23,8 +23,9 @@ from pathlib import Path
 import gymnasium as gym
 import numpy as np
 
-from mbrl.errors import ConfigError
-from mbrl.types import TASK_SPECS
+from mbrl.core.errors import ConfigError
+from mbrl.core.score import normalized_score
+from mbrl.core.types import TASK_SPECS
 
 Policy = Callable[[np.ndarray, int], np.ndarray]
 
@@ -215,7 +216,7 @@ def data_score(episode_returns, complete, ref_min: float, ref_max: float) -> flo
     returns = np.asarray(episode_returns, np.float64)[np.asarray(complete, bool)]
     if returns.size == 0:
         raise ValueError("no complete episode in the data: collect more transitions")
-    return float(100.0 * (returns.mean() - ref_min) / (ref_max - ref_min))
+    return float(normalized_score(returns.mean(), ref_min, ref_max))
 
 
 def dataset_id(task: str, level: str) -> str:

@@ -1,7 +1,7 @@
 """The task registry: Gymnasium MuJoCo v5 ids, env factories and termination functions.
 
 The numbers (dims, action bounds, episode limit, D4RL reference scores) live as pure data in
-`mbrl.types.TASK_SPECS`; this module adds what needs gymnasium or JAX on top of them.
+`mbrl.core.types.TASK_SPECS`; this module adds what needs gymnasium or JAX on top of them.
 
 Termination functions decide `terminated` from an observed transition, as the real env does after
 its step, so that imagined rollouts stop where the real robot would have fallen. They are written
@@ -24,8 +24,8 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
-from mbrl.errors import ConfigError
-from mbrl.types import TASK_SPECS, TaskSpec
+from mbrl.core.errors import ConfigError
+from mbrl.core.types import TASK_SPECS, TaskSpec
 
 TerminationFn = Callable[[Any, Any, Any], jax.Array]
 

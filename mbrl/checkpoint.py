@@ -15,7 +15,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from mbrl.errors import UserError
+from mbrl.core.errors import UserError
 
 
 class Checkpointer:

@@ -65,7 +65,7 @@ def _load(target: str):
 def main(argv: list[str] | None = None) -> int:
     import tyro
 
-    from mbrl.errors import UserError
+    from mbrl.core.errors import UserError
 
     argv = list(sys.argv[1:] if argv is None else argv)
     if not argv or argv[0] in ("-h", "--help"):

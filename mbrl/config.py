@@ -22,8 +22,8 @@ from agents.bc import BCConfig
 from agents.mopo import MOPOConfig
 from agents.neubay import NeubayConfig
 from agents.sac_n import SACNConfig
-from mbrl.errors import ConfigError
-from mbrl.replay import real_count
+from mbrl.core.errors import ConfigError
+from mbrl.core.replay import real_count
 from world_models.ensemble import EnsembleConfig
 from world_models.fit import FitConfig
 

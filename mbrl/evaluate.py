@@ -15,7 +15,8 @@ from typing import Any
 import numpy as np
 
 from envs.tasks import TASKS, Task, get_task, task_for_env_id
-from mbrl.errors import ConfigError
+from mbrl.core.errors import ConfigError
+from mbrl.core.score import normalized_score, reference_scores
 
 PolicyFn = Callable[[Any], Any]  # (B, obs_dim) float32 -> (B, act_dim), numpy or jax
 
@@ -41,11 +42,6 @@ class EvalResult:
         }
 
 
-def normalized_score(episode_return, ref_min_score: float, ref_max_score: float):
-    """D4RL's normalization, x100: 0 is the random policy's return, 100 the expert's."""
-    return 100.0 * (np.asarray(episode_return, np.float64) - ref_min_score) / (ref_max_score - ref_min_score)
-
-
 def _resolve(task_or_env_id: Task | str) -> tuple[str, Task | None]:
     """(gymnasium id, task or None) from a Task, a task name ("hopper") or any gymnasium id."""
     if isinstance(task_or_env_id, Task):
@@ -57,22 +53,6 @@ def _resolve(task_or_env_id: Task | str) -> tuple[str, Task | None]:
     if "-v" not in task_or_env_id:
         get_task(task_or_env_id)  # raises ConfigError listing the known names
     return task_or_env_id, task_for_env_id(task_or_env_id)
-
-
-def _reference_scores(task, ref_min_score, ref_max_score) -> tuple[float, float] | None:
-    if (ref_min_score is None) != (ref_max_score is None):
-        raise ConfigError(
-            f"evaluate: pass both ref_min_score and ref_max_score or neither, found {ref_min_score!r} / {ref_max_score!r}"
-        )
-    if ref_min_score is not None:
-        if not ref_max_score > ref_min_score:
-            raise ConfigError(
-                f"evaluate: ref_max_score must exceed ref_min_score, found {ref_min_score!r} / {ref_max_score!r}"
-            )
-        return float(ref_min_score), float(ref_max_score)
-    if task is not None:
-        return task.d4rl_ref_min_score, task.d4rl_ref_max_score
-    return None
 
 
 def evaluate(
@@ -94,7 +74,7 @@ def evaluate(
     if not isinstance(episodes, int) or episodes < 1:
         raise ConfigError(f"evaluate: episodes must be a positive integer, found {episodes!r}")
     env_id, task = _resolve(task_or_env_id)
-    reference = _reference_scores(task, ref_min_score, ref_max_score)
+    reference = reference_scores(ref_min_score, ref_max_score, task)
 
     import gymnasium
 

@@ -20,7 +20,7 @@ from typing import Any
 import jax
 import numpy as np
 
-from mbrl.errors import UserError
+from mbrl.core.errors import UserError
 
 OPSET = 18  # reduce ops take axes as an input from opset 18 on
 IR_VERSION = 9  # opset 18 needs IR >= 8; onnxruntime >= 1.16 reads IR 9
@@ -51,7 +51,7 @@ def _onnx():
     try:
         import onnx
     except ImportError:
-        from mbrl.errors import MissingDependencyError
+        from mbrl.core.errors import MissingDependencyError
 
         raise MissingDependencyError(
             "exporting to ONNX needs the 'onnx' extra: pip install 'offline-mbrl[onnx]'"

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import numpy as np
 
-from mbrl.errors import ConfigError
+from mbrl.core.errors import ConfigError
 from mbrl.export import ExportError, PolicySpec, observation_envelope
 
 

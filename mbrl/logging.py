@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from mbrl.errors import MissingDependencyError
+from mbrl.core.errors import MissingDependencyError
 
 METRICS_FILE = "metrics.jsonl"
 

@@ -31,11 +31,11 @@ from flax import struct
 from agents.bc import BC
 from agents.mopo import MOPO
 from agents.ravl import RAVL
-from mbrl import replay
+from mbrl.core import replay
 from mbrl.config import TrainConfig
-from mbrl.errors import ConfigError
-from mbrl.replay import ReplayBuffer
-from mbrl.types import Transitions
+from mbrl.core.errors import ConfigError
+from mbrl.core.replay import ReplayBuffer
+from mbrl.core.types import Transitions
 from world_models.rollout import MarkovPolicy, RolloutConfig, rollout
 
 

@@ -31,9 +31,9 @@ import numpy as np
 from flax import struct
 
 from agents.neubay import Neubay, NeubayState
-from mbrl import sequence_replay
-from mbrl.sequence_replay import Tape
-from mbrl.types import Transitions
+from mbrl.core import sequence_replay
+from mbrl.core.sequence_replay import Tape
+from mbrl.core.types import Transitions
 from world_models.rollout import PolicyInput, RecurrentStart, RolloutConfig, rollout, uncertainty_threshold, warm_up
 
 HISTOGRAM_BINS = 10

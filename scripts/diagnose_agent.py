@@ -36,7 +36,7 @@ from envs import collect  # noqa: E402
 from envs.tasks import TASKS  # noqa: E402
 from mbrl import config as config_io  # noqa: E402
 from mbrl import datasets  # noqa: E402
-from mbrl.errors import ConfigError  # noqa: E402
+from mbrl.core.errors import ConfigError  # noqa: E402
 from mbrl.evaluate import normalized_score  # noqa: E402
 from mbrl.train import _world_models, trainer_for  # noqa: E402
 from world_models.rollout import MarkovPolicy, RolloutConfig, rollout  # noqa: E402

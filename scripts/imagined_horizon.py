@@ -32,7 +32,8 @@ import numpy as np  # noqa: E402
 from agents.networks import TanhGaussianActor, sample_tanh_gaussian  # noqa: E402
 from envs import collect  # noqa: E402
 from envs.tasks import get_task  # noqa: E402
-from mbrl import datasets, sequence_replay  # noqa: E402
+from mbrl import datasets  # noqa: E402
+from mbrl.core import sequence_replay  # noqa: E402
 from mbrl.commands.data_make import load_actor  # noqa: E402
 from mbrl.train_neubay import posterior_members, start_steps  # noqa: E402
 from world_models.model import load as load_model  # noqa: E402

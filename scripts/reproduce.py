@@ -186,7 +186,7 @@ def main(argv=None) -> int:
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
     from mbrl import datasets as datasets_io
     from mbrl.commands.train import enable_compile_cache, ensure_dataset
-    from mbrl.errors import UserError
+    from mbrl.core.errors import UserError
 
     enable_compile_cache()
     out = args.out.absolute()

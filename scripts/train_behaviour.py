@@ -39,7 +39,7 @@ sys.path.insert(0, str(REPO))
 
 from agents.sac import HostLoop, OnlineSAC, OnlineState, SACConfig, make_policy  # noqa: E402
 from envs.collect import EXPERT_BAR, evaluate_returns, make_env  # noqa: E402
-from mbrl.types import TASK_SPECS, Transitions  # noqa: E402
+from mbrl.core.types import TASK_SPECS, Transitions  # noqa: E402
 
 RESULTS = REPO / "results" / "behaviour"
 MAX_STEPS = {"hopper": 1_000_000, "halfcheetah": 2_000_000, "walker2d": 2_000_000}

@@ -19,8 +19,8 @@ from agents.mopo import MOPO, MOPOConfig, penalized_reward
 from agents.ravl import DEFAULT_SAC, RAVL
 from agents.sac_n import SACNConfig
 from mbrl import config as config_io
-from mbrl.errors import ConfigError
-from mbrl.types import Transitions
+from mbrl.core.errors import ConfigError
+from mbrl.core.types import Transitions
 
 OBS_DIM, ACT_DIM, BATCH = 5, 2, 7
 

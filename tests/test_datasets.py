@@ -15,8 +15,8 @@ from minari import DataCollector
 from minari.data_collector import EpisodeBuffer
 
 from mbrl.datasets import SAMPLE_PATH, load, registry
-from mbrl.errors import ConfigError, DatasetError
-from mbrl.types import TASK_SPECS, Transitions
+from mbrl.core.errors import ConfigError, DatasetError
+from mbrl.core.types import TASK_SPECS, Transitions
 
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
 

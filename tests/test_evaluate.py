@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from envs.tasks import TASKS
-from mbrl.errors import ConfigError
+from mbrl.core.errors import ConfigError
 from mbrl.evaluate import EvalResult, evaluate, normalized_score
 
 # A fixed linear-tanh hopper controller, written elementwise (no matmul) so each row's action is

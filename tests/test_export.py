@@ -36,7 +36,7 @@ def dataset():
 def spec(dataset):
     """A BC policy after 300 updates on the sample dataset, trained on normalized observations."""
     from agents.bc import BC, BCConfig
-    from mbrl.types import Transitions
+    from mbrl.core.types import Transitions
 
     data = dataset.transitions
     obs = np.concatenate([data.obs, data.next_obs])

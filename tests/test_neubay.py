@@ -17,11 +17,11 @@ import pytest
 from agents.networks import sample_tanh_gaussian
 from agents.neubay import Encoder, NeubayConfig
 from mbrl import config as config_io
-from mbrl import sequence_replay
+from mbrl.core import sequence_replay
 from mbrl.config import ScheduleConfig, TrainConfig
-from mbrl.errors import ConfigError
+from mbrl.core.errors import ConfigError
 from mbrl.train_neubay import NeubayTrainer, posterior_members
-from mbrl.types import Transitions
+from mbrl.core.types import Transitions
 from world_models.rollout import PolicyInput, warm_up
 
 OBS, ACT, HORIZON = 4, 2, 24

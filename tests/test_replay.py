@@ -7,9 +7,9 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from mbrl import replay
-from mbrl.errors import ConfigError
-from mbrl.types import Transitions
+from mbrl.core import replay
+from mbrl.core.errors import ConfigError
+from mbrl.core.types import Transitions
 
 OBS, ACT = 3, 2
 

@@ -9,9 +9,9 @@ import numpy as np
 import pytest
 from flax import struct
 
-from mbrl import replay
-from mbrl.errors import ConfigError
-from mbrl.types import Transitions
+from mbrl.core import replay
+from mbrl.core.errors import ConfigError
+from mbrl.core.types import Transitions
 from world_models.base import StepOutput
 from world_models.rollout import (
     MarkovPolicy,

@@ -11,7 +11,7 @@ import pytest
 from agents.networks import Critic, sample_tanh_gaussian
 from agents.sac import HostLoop, OnlineSAC, SACConfig, empty_buffer, insert
 from agents.sac_n import SACN, SACNConfig
-from mbrl.types import Transitions
+from mbrl.core.types import Transitions
 
 OBS, ACT, BATCH = 5, 2, 8
 

@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 
 from envs.tasks import TASKS, Task, get_task, task_for_env_id
-from mbrl.errors import ConfigError
-from mbrl.types import TASK_SPECS
+from mbrl.core.errors import ConfigError
+from mbrl.core.types import TASK_SPECS
 
 TRANSITIONS_PER_TASK = 5_000
 

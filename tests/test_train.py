@@ -209,7 +209,7 @@ def test_bc_trains_on_real_data_only(dataset, dataset_path, tmp_path):
 
 
 def test_existing_run_dir_is_refused(full_run):
-    from mbrl.errors import ConfigError
+    from mbrl.core.errors import ConfigError
 
     with pytest.raises(ConfigError, match="already holds a run"):
         run(full_run.config, full_run.run_dir)
@@ -218,7 +218,7 @@ def test_existing_run_dir_is_refused(full_run):
 def test_a_missing_tracking_sink_is_a_user_error(tmp_path):
     import importlib.util
 
-    from mbrl.errors import MissingDependencyError
+    from mbrl.core.errors import MissingDependencyError
     from mbrl.logging import RunLogger
 
     if importlib.util.find_spec("tensorboardX") or importlib.util.find_spec("torch"):

@@ -14,8 +14,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from mbrl.errors import DatasetError, UserError
-from mbrl.types import Transitions
+from mbrl.core.errors import DatasetError, UserError
+from mbrl.core.types import Transitions
 from world_models.ensemble import EnsembleConfig, GaussianEnsemble
 from world_models.fit import FitConfig, fit_ensemble, fit_world_model, member_holdout_mse
 from world_models.model import Normalizer, WorldModel
@@ -280,7 +280,7 @@ def test_fit_refuses_non_finite_data(data):
 
 
 def test_configs_refuse_bad_options():
-    from mbrl.errors import ConfigError
+    from mbrl.core.errors import ConfigError
 
     with pytest.raises(ConfigError, match="num_elites"):
         EnsembleConfig(num_members=3, num_elites=4)

@@ -2,7 +2,7 @@
 
 Each member maps standardised (obs, action) to a diagonal Gaussian over standardised
 (Δobs, reward), plus an optional termination logit. All members are one batched computation
-over a leading member axis (`mbrl.nn.EnsembleDense`).
+over a leading member axis (`mbrl.core.nn.EnsembleDense`).
 
 Defaults follow the MBPO/MOPO recipe as implemented in OfflineRL-Kit
 (offlinerlkit/modules/dynamics_module.py, run_example/run_mopo.py) and mbrl-lib
@@ -19,8 +19,8 @@ import jax
 import jax.numpy as jnp
 from flax import linen as nn
 
-from mbrl.errors import ConfigError
-from mbrl.nn import ACTIVATIONS, EnsembleDense, EnsembleLayerNorm
+from mbrl.core.errors import ConfigError
+from mbrl.core.nn import ACTIVATIONS, EnsembleDense, EnsembleLayerNorm
 
 # OfflineRL-Kit run_mopo.py: --dynamics-weight-decay 2.5e-5 5e-5 7.5e-5 7.5e-5 1e-4 (4 hidden + output).
 MOPO_WEIGHT_DECAYS = (2.5e-5, 5e-5, 7.5e-5, 7.5e-5, 1e-4)

@@ -24,8 +24,8 @@ import numpy as np
 import optax
 from flax import struct
 
-from mbrl.errors import ConfigError, DatasetError
-from mbrl.types import OfflineDataset, Transitions
+from mbrl.core.errors import ConfigError, DatasetError
+from mbrl.core.types import OfflineDataset, Transitions
 from world_models.ensemble import EnsembleConfig, GaussianEnsemble, ensemble_loss, init_params
 from world_models.model import ModelInfo, Normalizer, WorldModel
 

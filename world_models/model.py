@@ -22,7 +22,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import struct
 
-from mbrl.errors import UserError
+from mbrl.core.errors import UserError
 from world_models.base import StepOutput
 from world_models.ensemble import EnsembleConfig, GaussianEnsemble
 from world_models.uncertainty import get_measure

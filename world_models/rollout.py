@@ -36,8 +36,8 @@ import jax
 import jax.numpy as jnp
 from flax import struct
 
-from mbrl.errors import ConfigError
-from mbrl.types import Transitions
+from mbrl.core.errors import ConfigError
+from mbrl.core.types import PolicyInput, Transitions
 
 MEMBER_MODES = ("per_sample", "per_trajectory")
 MEMBER_POOLS = ("elites", "all")
@@ -88,16 +88,6 @@ class RolloutConfig:
             raise ConfigError(
                 f"RolloutConfig.uncertainty: expected one of {sorted(MEASURES)}, found {self.uncertainty!r}"
             )
-
-
-@struct.dataclass
-class PolicyInput:
-    """What a policy sees at one step, for B trajectories."""
-
-    obs: jax.Array  # (B, obs_dim)
-    prev_action: jax.Array  # (B, act_dim), zeros at an episode's first step
-    prev_reward: jax.Array  # (B,), the raw reward of the previous step, zero at an episode's first step
-    first: jax.Array  # (B,) bool: first step of an episode (a recurrent memory should reset)
 
 
 PolicyFn = Callable[[Any, Any, PolicyInput, jax.Array], tuple[jax.Array, Any]]
@@ -413,7 +403,7 @@ def rollout_chunked(
 
     Memory holds two chunks (not the horizon): a chunk is consumed once the next one is computed,
     so its last row's `timeout` is exact. `consume(consume_state, batch) -> consume_state` is pure,
-    for example inserting `batch.flat()` into a `mbrl.replay.ReplayBuffer` (donated, updated in place).
+    for example inserting `batch.flat()` into a `mbrl.core.replay.ReplayBuffer` (donated, updated in place).
     Steps past `horizon` in the last chunk are invalid. Same key, same transitions as `rollout`.
     """
     if chunk < 1 or horizon < 1:

@@ -59,7 +59,7 @@ MEASURES: dict[str, Callable[[jax.Array, jax.Array], jax.Array]] = {
 
 
 def get_measure(name: str) -> Callable[[jax.Array, jax.Array], jax.Array]:
-    from mbrl.errors import ConfigError
+    from mbrl.core.errors import ConfigError
 
     try:
         return MEASURES[name]

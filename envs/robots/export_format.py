@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from mbrl.errors import UserError
+from mbrl.core.errors import UserError
 
 FORMAT = "offline-mbrl-policy"
 FORMAT_VERSION = 1

@@ -22,7 +22,7 @@ from typing import Protocol, runtime_checkable
 
 import numpy as np
 
-from mbrl.errors import UserError
+from mbrl.core.errors import UserError
 
 
 class RobotError(UserError):

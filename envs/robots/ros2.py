@@ -18,7 +18,7 @@ import time
 import numpy as np
 
 from envs.robots.protocol import Observation, RobotError
-from mbrl.errors import MissingDependencyError
+from mbrl.core.errors import MissingDependencyError
 
 
 def rclpy_available() -> bool:

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import numpy as np
 
-from mbrl.errors import MissingDependencyError
+from mbrl.core.errors import MissingDependencyError
 from envs.robots.export_format import JSON_FILE, ONNX_FILE, ExportError, read_description
 
 

@@ -19,7 +19,7 @@ import threading
 import numpy as np
 
 from envs.robots.protocol import Observation
-from mbrl.errors import ConfigError
+from mbrl.core.errors import ConfigError
 
 
 @dataclasses.dataclass(frozen=True)

@@ -75,7 +75,7 @@ class Message:
 
 def parse_address(uri: str) -> tuple[str, int]:
     """("host", port) from udp://HOST:PORT."""
-    from mbrl.errors import ConfigError
+    from mbrl.core.errors import ConfigError
 
     rest = uri.removeprefix("udp://")
     host, _, port = rest.rpartition(":")

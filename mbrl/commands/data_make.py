@@ -22,7 +22,8 @@ import numpy as np
 import tyro
 
 from envs import collect
-from mbrl.errors import ConfigError
+from mbrl.core.errors import ConfigError
+from mbrl.core.score import normalized_score
 
 
 @dataclasses.dataclass(frozen=True)
@@ -164,7 +165,7 @@ def make(args: MakeArgs) -> int:
         root, task, level, episodes, random_record["mean_return"], expert_record["mean_return"], extra
     )
     ref_min, ref_max = random_record["mean_return"], expert_record["mean_return"]
-    score = 100.0 * (returns.mean() - ref_min) / (ref_max - ref_min)
+    score = normalized_score(returns.mean(), ref_min, ref_max)
     print(
         f"{ds_id}: {total} transitions, {len(episodes)} episodes, mean return {returns.mean():.1f}, "
         f"normalized score {score:.1f} -> {path}"

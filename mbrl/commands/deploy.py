@@ -16,7 +16,7 @@ from typing import Annotated
 import numpy as np
 import tyro
 
-from mbrl.errors import ConfigError, UserError
+from mbrl.core.errors import ConfigError, UserError
 
 
 class DeployError(UserError):

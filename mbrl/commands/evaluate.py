@@ -7,7 +7,7 @@ from pathlib import Path
 
 import tyro
 
-from mbrl.errors import ConfigError
+from mbrl.core.errors import ConfigError
 
 
 @dataclasses.dataclass(frozen=True)

@@ -19,7 +19,7 @@ from typing import Annotated, Literal
 import numpy as np
 import tyro
 
-from mbrl.errors import ConfigError, UserError
+from mbrl.core.errors import ConfigError, UserError
 
 OPEN_LOOP_HORIZONS = (1, 5, 20, 100)
 MAX_OPEN_LOOP_STARTS = 1024

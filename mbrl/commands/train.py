@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 
 from mbrl.config import TrainArgs, overrides_of, resolve
-from mbrl.errors import ConfigError
+from mbrl.core.errors import ConfigError
 
 
 def enable_compile_cache() -> None:

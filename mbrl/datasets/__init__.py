@@ -6,7 +6,7 @@
     dataset = load("minari:mujoco/hopper/expert-v0")     # a local Minari dataset (never downloaded)
     dataset = load("HalfCheetah-v3-L-1000.npz", task="halfcheetah")  # NeoRL layout
 
-A lower module: it imports only `mbrl.types` and `mbrl.errors`, never envs, world models or agents.
+A lower module: it imports only `mbrl.core.types` and `mbrl.core.errors`, never envs, world models or agents.
 """
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from mbrl.datasets import registry
-from mbrl.errors import DatasetError
-from mbrl.types import OfflineDataset
+from mbrl.core.errors import DatasetError
+from mbrl.core.types import OfflineDataset
 
 MINARI_PREFIX = "minari:"
 HDF5_SUFFIXES = (".hdf5", ".h5")
@@ -31,7 +31,7 @@ def load(source: str | Path, task: str | None = None, clip_actions: bool = False
 
     `source`: a path to a `.hdf5` (D4RL layout) or `.npz` (NeoRL layout) file, a Minari dataset folder,
     `minari:DATASET_ID` (under `$MINARI_DATASETS_PATH`), or the name of a made dataset such as
-    `hopper-medium` (under `$MBRL_DATA_DIR`). `task` (a key of `mbrl.types.TASK_SPECS`) checks the
+    `hopper-medium` (under `$MBRL_DATA_DIR`). `task` (a key of `mbrl.core.types.TASK_SPECS`) checks the
     dims and supplies the action space; without it the task is inferred where that is unambiguous.
     Actions outside the action space are refused unless `clip_actions`.
     """

@@ -7,8 +7,8 @@ from pathlib import Path
 import numpy as np
 
 from mbrl.datasets import validate
-from mbrl.errors import DatasetError
-from mbrl.types import OfflineDataset, Transitions
+from mbrl.core.errors import DatasetError
+from mbrl.core.types import OfflineDataset, Transitions
 
 REQUIRED_KEYS = ("observations", "actions", "rewards", "terminals", "timeouts")
 NEXT_OBS_KEY = "next_observations"

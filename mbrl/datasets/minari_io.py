@@ -11,8 +11,8 @@ from pathlib import Path
 import numpy as np
 
 from mbrl.datasets import registry, validate
-from mbrl.errors import DatasetError
-from mbrl.types import OfflineDataset, Transitions
+from mbrl.core.errors import DatasetError
+from mbrl.core.types import OfflineDataset, Transitions
 
 METADATA_FILE = "metadata.json"
 

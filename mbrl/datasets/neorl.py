@@ -12,8 +12,8 @@ from pathlib import Path
 import numpy as np
 
 from mbrl.datasets import validate
-from mbrl.errors import DatasetError
-from mbrl.types import OfflineDataset, Transitions
+from mbrl.core.errors import DatasetError
+from mbrl.core.types import OfflineDataset, Transitions
 
 REQUIRED_KEYS = ("obs", "next_obs", "action", "reward", "done", "index")
 ROW_KEYS = REQUIRED_KEYS[:-1]

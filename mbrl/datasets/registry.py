@@ -10,8 +10,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from mbrl.errors import DatasetError
-from mbrl.types import TASK_SPECS
+from mbrl.core.errors import DatasetError
+from mbrl.core.types import TASK_SPECS
 
 # D4RL's dataset levels (Fu et al. 2020), in the order a user meets them.
 LEVELS: tuple[str, ...] = ("random", "medium", "medium-replay", "expert", "medium-expert")

@@ -12,8 +12,8 @@ from collections.abc import Callable, Mapping
 
 import numpy as np
 
-from mbrl.errors import ConfigError, DatasetError
-from mbrl.types import TASK_SPECS, DatasetInfo, OfflineDataset, Transitions
+from mbrl.core.errors import ConfigError, DatasetError
+from mbrl.core.types import TASK_SPECS, DatasetInfo, OfflineDataset, Transitions
 
 RowLabel = Callable[[int], str]
 

@@ -33,8 +33,8 @@ def _buffers(trainer, real_rows: int, model_rows: int):
     import jax
     import jax.numpy as jnp
 
-    from mbrl import replay
-    from mbrl.types import Transitions
+    from mbrl.core import replay
+    from mbrl.core.types import Transitions
 
     def random_rows(key, rows):
         k = jax.random.split(key, 4)
@@ -58,7 +58,7 @@ def update_flops(trainer) -> float:
     import jax
     import jax.numpy as jnp
 
-    from mbrl.types import Transitions
+    from mbrl.core.types import Transitions
 
     rows = trainer.agent.batch_size
     batch = Transitions(

@@ -66,8 +66,8 @@ def flops_per_transition(config, neubay) -> float:
 def _real_tape(trajectories: int, horizon: int):
     import numpy as np
 
-    from mbrl import sequence_replay
-    from mbrl.types import Transitions
+    from mbrl.core import sequence_replay
+    from mbrl.core.types import Transitions
 
     rng = np.random.default_rng(0)
     rows = trajectories * horizon
@@ -82,7 +82,7 @@ def neubay_rollout(quick: bool) -> dict:
     import jax.numpy as jnp
 
     from benchmarks.common import matmul_flops_per_s
-    from mbrl import sequence_replay
+    from mbrl.core import sequence_replay
     from world_models.rollout import RecurrentStart, rollout
 
     members, trajectories, horizon = (20, 100, 100) if quick else (100, 100, 1_000)

@@ -1,4 +1,4 @@
-"""Core data types shared by every package: transitions and dataset metadata."""
+"""Core data types shared by every package: transitions, policy inputs and dataset metadata."""
 
 from __future__ import annotations
 
@@ -64,6 +64,20 @@ class Transitions:
         )
 
 
+@struct.dataclass
+class PolicyInput:
+    """What a policy sees at one step, for B trajectories (numpy on the host, jax in compiled code).
+
+    Markov policies read `obs` only; recurrent ones also read the previous action and reward, and reset
+    their memory where `first` is True.
+    """
+
+    obs: Any  # (B, obs_dim)
+    prev_action: Any  # (B, act_dim), zeros at an episode's first step
+    prev_reward: Any  # (B,), the raw reward of the previous step, zero at an episode's first step
+    first: Any  # (B,) bool: first step of an episode (a recurrent memory should reset)
+
+
 @dataclasses.dataclass(frozen=True)
 class DatasetInfo:
     """Where a dataset came from and what it is for.
@@ -85,9 +99,11 @@ class DatasetInfo:
 
     def normalized_score(self, episode_return):
         """100 * (R - min) / (max - min); None when the reference scores are unknown."""
+        from mbrl.core.score import normalized_score
+
         if self.ref_min_score is None or self.ref_max_score is None:
             return None
-        return 100.0 * (np.asarray(episode_return) - self.ref_min_score) / (self.ref_max_score - self.ref_min_score)
+        return normalized_score(episode_return, self.ref_min_score, self.ref_max_score)
 
 
 @dataclasses.dataclass

@@ -14,8 +14,8 @@ import jax
 import jax.numpy as jnp
 from flax import struct
 
-from mbrl.errors import ConfigError
-from mbrl.types import Transitions
+from mbrl.core.errors import ConfigError
+from mbrl.core.types import Transitions
 
 
 @struct.dataclass

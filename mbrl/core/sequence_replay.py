@@ -24,7 +24,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import struct
 
-from mbrl.errors import ConfigError
+from mbrl.core.errors import ConfigError
 
 
 @struct.dataclass
@@ -135,7 +135,7 @@ def from_episodes(transitions, episode_starts, max_len: int) -> Tape:
 def insert(tape: Tape, rows: Tape) -> Tape:
     """Write the rows of `rows` (B, T + 1, ...) that hold at least one transition, in order, into the ring.
 
-    Fixed shapes, as `mbrl.replay.insert`: destinations come from a cumulative sum over the kept
+    Fixed shapes, as `mbrl.core.replay.insert`: destinations come from a cumulative sum over the kept
     rows, the others scatter out of range. Only `rows`' per-row fields are read (not its counters).
     """
     capacity = tape.capacity

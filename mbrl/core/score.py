@@ -1,0 +1,31 @@
+"""The one normalized score (D4RL's convention) and the one lookup of the reference scores behind it."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from mbrl.core.errors import ConfigError
+
+
+def normalized_score(episode_return, ref_min_score: float, ref_max_score: float):
+    """100 * (return - ref_min) / (ref_max - ref_min): 0 is the random policy's return, 100 the expert's."""
+    return 100.0 * (np.asarray(episode_return, np.float64) - ref_min_score) / (ref_max_score - ref_min_score)
+
+
+def reference_scores(ref_min_score: float | None, ref_max_score: float | None, task=None) -> tuple[float, float] | None:
+    """The (min, max) pair a score is normalized by: the given one (a dataset's own, or the caller's),
+    else the task's D4RL references (`task` is any object with `d4rl_ref_min_score` / `d4rl_ref_max_score`),
+    else None."""
+    if (ref_min_score is None) != (ref_max_score is None):
+        raise ConfigError(
+            f"reference scores: pass both ref_min_score and ref_max_score or neither, found {ref_min_score!r} / {ref_max_score!r}"
+        )
+    if ref_min_score is not None:
+        if not ref_max_score > ref_min_score:
+            raise ConfigError(
+                f"reference scores: ref_max_score must exceed ref_min_score, found {ref_min_score!r} / {ref_max_score!r}"
+            )
+        return float(ref_min_score), float(ref_max_score)
+    if task is not None:
+        return float(task.d4rl_ref_min_score), float(task.d4rl_ref_max_score)
+    return None
