@@ -16,6 +16,7 @@ import jax.numpy as jnp
 import optax
 from flax import struct
 
+from agents.base import scan_updates
 from agents.networks import MLP
 from mbrl.core.errors import ConfigError
 from mbrl.core.types import Transitions
@@ -44,44 +45,51 @@ class BCState:
 
 
 class BC:
-    uses_model = False
-    uncertainty = None
+    """`agents.base.Algorithm` on the real data only: a deterministic Markov policy."""
+
+    imagination = "none"
+    recurrent = False
 
     def __init__(self, config: BCConfig, obs_dim: int, act_dim: int):
         self.config = config
         self.obs_dim, self.act_dim = obs_dim, act_dim
         self.actor = MLP(tuple(int(w) for w in config.hidden_sizes), act_dim)
-        self.tx = optax.adam(config.learning_rate)
+        self.tx = optax.scale_by_adam()  # the learning rate is traced data (`hypers`)
         self.batch_size = config.batch_size
 
-    def init(self, key: jax.Array) -> BCState:
+    def hypers(self) -> dict:
+        return {"bc": {"learning_rate": jnp.asarray(self.config.learning_rate, jnp.float32)}}
+
+    def init(self, key: jax.Array, hypers: dict | None = None) -> BCState:
+        del hypers  # nothing at init depends on them
         params = self.actor.init(key, jnp.zeros((1, self.obs_dim), jnp.float32))
         return BCState(actor_params=params, opt_state=self.tx.init(params), step=jnp.zeros((), jnp.int32))
 
-    def act(self, actor_params, obs, key=None, deterministic: bool = True):
-        del key, deterministic  # a deterministic policy
+    def deterministic_action(self, actor_params, obs):
         return jnp.tanh(self.actor.apply(actor_params, obs))
+
+    def act(self, actor_params, carry, inputs, key=None, deterministic: bool = True):
+        del key, deterministic  # a deterministic policy
+        return self.deterministic_action(actor_params, inputs.obs), carry
+
+    def initial_carry(self, batch: int):
+        return ()
 
     @staticmethod
     def actor_params(state: BCState):
         return state.actor_params
 
     def loss(self, actor_params, batch: Transitions):
-        return jnp.mean(jnp.square(self.act(actor_params, batch.obs) - batch.action))
+        return jnp.mean(jnp.square(self.deterministic_action(actor_params, batch.obs) - batch.action))
 
-    def update(self, state: BCState, batch: Transitions, key: jax.Array):
+    def update(self, state: BCState, batch: Transitions, key: jax.Array, hypers: dict | None = None):
         del key
+        lr = (self.hypers() if hypers is None else hypers)["bc"]["learning_rate"]
         loss, grads = jax.value_and_grad(self.loss)(state.actor_params, batch)
-        updates, opt_state = self.tx.update(grads, state.opt_state)
-        params = optax.apply_updates(state.actor_params, updates)
+        direction, opt_state = self.tx.update(grads, state.opt_state)
+        params = jax.tree.map(lambda p, d: p - lr * d, state.actor_params, direction)
         return BCState(actor_params=params, opt_state=opt_state, step=state.step + 1), {"bc_loss": loss}
 
-    def update_many(self, state: BCState, batches: Transitions, key: jax.Array):
+    def update_many(self, state: BCState, batches: Transitions, key: jax.Array, hypers: dict | None = None):
         """K updates in one `lax.scan` over batches with a leading axis K; metrics averaged over K."""
-        keys = jax.random.split(key, batches.reward.shape[0])
-        state, metrics = jax.lax.scan(lambda s, xs: self.update(s, *xs), state, (batches, keys))
-        return state, jax.tree.map(jnp.mean, metrics)
-
-    @staticmethod
-    def model_reward(reward, uncertainty):
-        return reward
+        return scan_updates(lambda s, b, k: self.update(s, b, k, hypers), state, batches, key)

@@ -34,8 +34,8 @@ class MOPOConfig:
             raise ConfigError(f"mopo.penalty_coef: expected a value >= 0, found {self.penalty_coef}")
 
 
-def penalized_reward(reward: jax.Array, uncertainty: jax.Array, penalty_coef: float) -> jax.Array:
-    """MOPO's r̃ = r - λ·u, elementwise."""
+def penalized_reward(reward: jax.Array, uncertainty: jax.Array, penalty_coef) -> jax.Array:
+    """MOPO's r̃ = r - λ·u, elementwise: the one place the penalty is written (λ may be traced)."""
     return reward - penalty_coef * uncertainty
 
 
@@ -47,5 +47,5 @@ class MOPO(SACNAgent):
         self.config = mopo
         self.uncertainty = mopo.uncertainty
 
-    def model_reward(self, reward: jax.Array, uncertainty: jax.Array) -> jax.Array:
-        return penalized_reward(reward, uncertainty.astype(jnp.float32), self.config.penalty_coef)
+    def model_reward(self, hypers, reward: jax.Array, uncertainty: jax.Array) -> jax.Array:
+        return penalized_reward(reward, uncertainty.astype(jnp.float32), hypers["mopo"]["penalty_coef"])

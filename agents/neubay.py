@@ -15,9 +15,9 @@ The agent (twni2016/neubay online_rl/ac_modules.py, ac_losses.py):
 Defaults: configs/d4rl_loco/base.yaml of that repository (fields cited below); the per-dataset values
 (encoder lr, real_weight, fixed alpha) are in `agents.neubay_presets`.
 
-`init`, `update` and `policy_step` are pure. The recurrent carry is explicit: `policy_step(actor_params,
-carry, inputs, key)` returns the action and the next carry, with `inputs` any object with `obs`,
-`prev_action`, `prev_reward` and `first` (a `world_models.rollout.PolicyInput`).
+`init`, `update` and `act` are pure. The recurrent carry is explicit: `act(actor_params,
+carry, inputs, key, deterministic)` returns the action and the next carry, with `inputs` any object with `obs`,
+`prev_action`, `prev_reward` and `first` (a `mbrl.core.types.PolicyInput`).
 """
 
 from __future__ import annotations
@@ -33,6 +33,7 @@ import optax
 from flax import struct
 
 from agents.memory import Memory, MemoryConfig, initial_carry
+from agents.base import scan_updates
 from agents.networks import LOG_STD_MAX, LOG_STD_MIN, anchor_error, masked_mean, sample_tanh_gaussian
 from mbrl.core.errors import ConfigError
 from mbrl.core.sequence_replay import SequenceBatch
@@ -72,9 +73,8 @@ class NeubayConfig:
     model_noise: step each trajectory's member by a draw of its Gaussian, mean + eps · std (neubay
         offline_world/cont_ensemble.py `_step`); False steps with the member's mean. The posterior sample
         (one member per trajectory) is kept either way. MuJoCo itself is deterministic, and under a
-        short fit the draws topple a good policy's hopper: `scripts/imagined_horizon.py` on a 22-epoch
-        model has the shipped expert last 108 imagined steps with draws, 542 with the mean, and 610 in
-        MuJoCo from the same starts (the medium policy: 226, 236 and 229).
+        short fit the draws can topple a good policy's hopper (`scripts/imagined_horizon.py` measures
+        both; docs/findings.md has the figures).
     actor_bc_coef: not in NEUBAY. A BC term in the actor loss on the real steps of each window (the real
         prefixes): the squared distance of tanh(mean) to the data's action, times the windows' mean |Q|
         (TD3+BC's ratio, as `sac.actor_bc_coef` of the SAC-N core). It keeps a short-trained policy near
@@ -124,7 +124,7 @@ class NeubayConfig:
     actor_bc_coef: float = 0.0
 
     def __post_init__(self):
-        positive = ("d_model", "d_hidden", "memory_layers", "head_hidden", "head_layers", "num_critics",
+        positive = ("head_hidden", "head_layers", "num_critics",
                     "sampled_critics", "num_sequences", "sequence_length", "parallel_size", "tape_capacity",
                     "max_episode_steps", "rollout_chunk")
         for name in positive:
@@ -149,7 +149,12 @@ class NeubayConfig:
             value = getattr(self, name)
             if value is not None and value < 1:
                 raise ConfigError(f"neubay.{name}: expected a positive int or None, found {value}")
-        self.memory_config  # validates the memory fields
+        try:
+            self.memory_config  # validates the memory fields
+        except ConfigError as exc:  # named as this section's fields
+            message = str(exc)
+            raise ConfigError("neubay." + message.removeprefix("memory.") if message.startswith("memory.")
+                              else "neubay." + message) from None
 
     @property
     def memory_config(self) -> MemoryConfig:
@@ -237,9 +242,10 @@ def weighted_mean(per_step, mask, real, real_weight):
 
 
 class Neubay:
-    """Networks, optimisers and the pure functions `init`, `update`, `policy_step`."""
+    """Networks, optimisers and the pure functions of `agents.base.Algorithm` (a recurrent policy)."""
 
-    uses_model = True
+    imagination = "sequences"
+    recurrent = True
     uncertainty = "epistemic_std"
 
     def __init__(self, config: NeubayConfig, obs_dim: int, act_dim: int, total_updates: int | None = None):
@@ -250,26 +256,38 @@ class Neubay:
         self.critic_head = CriticHead(config.head_hidden, config.head_layers)
         self.actor_head = ActorHead(config.head_hidden, config.head_layers, act_dim)
         decay_steps = max(int(config.lr_decay_steps or total_updates or 1), 1)
-        self.critic_tx = self._optimizer(config.critic_encoder_lr, config.critic_head_lr, config.critic_lr_ratio, decay_steps)
-        self.actor_tx = self._optimizer(config.actor_encoder_lr, config.actor_head_lr, config.actor_lr_ratio, decay_steps)
-        self.alpha_tx = optax.adam(config.alpha_lr)
+        self.critic_tx = self._optimizer(config.critic_lr_ratio, decay_steps)
+        self.actor_tx = self._optimizer(config.actor_lr_ratio, decay_steps)
+        self.alpha_tx = optax.scale_by_adam()
         ratio = config.target_entropy_ratio
         self.target_entropy = None if ratio is None else -float(act_dim) * ratio
 
-    def _optimizer(self, encoder_lr, head_lr, lr_ratio, decay_steps):
+    def hypers(self) -> dict:
+        from agents.registry import NEUBAY_HYPERS
+
+        return {"neubay": {name: jnp.asarray(getattr(self.config, name), jnp.float32) for name in NEUBAY_HYPERS}}
+
+    def _optimizer(self, lr_ratio, decay_steps):
+        """AdamW's direction times the cosine schedule's factor; `_step` multiplies in each part's learning
+        rate, which is traced data."""
         cfg = self.config
+        # One flat vector per part: a handful of ops instead of a few per parameter leaf (compiles
+        # in a fraction of the time, same arithmetic).
+        chain = optax.flatten(optax.chain(
+            optax.zero_nans(),
+            optax.clip_by_global_norm(cfg.gradient_scale),
+            optax.scale_by_adam(eps=cfg.adam_eps),
+            optax.add_decayed_weights(cfg.weight_decay),
+            optax.scale_by_schedule(optax.cosine_decay_schedule(1.0, decay_steps, alpha=lr_ratio)),
+        ))
+        return optax.multi_transform({"encoder": chain, "head": chain}, _labels)
 
-        def chain(lr):
-            schedule = optax.cosine_decay_schedule(lr, decay_steps, alpha=lr_ratio)
-            # One flat vector per part: a handful of ops instead of a few per parameter leaf (compiles
-            # in a fraction of the time, same arithmetic).
-            return optax.flatten(optax.chain(
-                optax.zero_nans(),
-                optax.clip_by_global_norm(cfg.gradient_scale),
-                optax.adamw(schedule, eps=cfg.adam_eps, weight_decay=cfg.weight_decay),
-            ))
-
-        return optax.multi_transform({"encoder": chain(encoder_lr), "head": chain(head_lr)}, _labels)
+    @staticmethod
+    def _step(tx, params, grads, opt_state, encoder_lr, head_lr):
+        direction, opt_state = tx.update(grads, opt_state, params)
+        lrs = {name: encoder_lr if name == "encoder" else head_lr for name in params}
+        return {name: jax.tree.map(lambda p, d, lr=lrs[name]: p - lr * d, params[name], direction[name])
+                for name in params}, opt_state
 
     # ----------------------------------------------------------------- init / act
 
@@ -280,7 +298,8 @@ class Neubay:
     def initial_carry(self, batch: int):
         return initial_carry(self.memory, (batch,))
 
-    def init(self, key: jax.Array) -> NeubayState:
+    def init(self, key: jax.Array, hypers: dict | None = None) -> NeubayState:
+        h = (self.hypers() if hypers is None else hypers)["neubay"]
         keys = jax.random.split(key, 4)
         x = jnp.zeros((1, self.input_dim), jnp.float32)
         first = jnp.ones((1,), bool)
@@ -295,7 +314,7 @@ class Neubay:
             "encoder": self.encoder.init(keys[2], x, first, carry),
             "heads": jax.vmap(self.critic_head.init, in_axes=(0, None))(head_keys, feature),
         }
-        log_alpha = jnp.asarray(math.log(self.config.init_alpha), jnp.float32)
+        log_alpha = jnp.log(jnp.asarray(h["init_alpha"], jnp.float32))
         return NeubayState(
             actor_params=actor_params,
             critic_params=critic_params,
@@ -314,7 +333,7 @@ class Neubay:
     def _inputs(self, obs, prev_action, prev_reward):
         return jnp.concatenate([obs, prev_action, prev_reward[..., None]], axis=-1).astype(jnp.float32)
 
-    def policy_step(self, actor_params, carry, inputs, key, deterministic: bool = False):
+    def act(self, actor_params, carry, inputs, key, deterministic: bool = False):
         """One step for B trajectories: (action (B, act_dim) in [-1, 1], next carry)."""
         x = self._inputs(inputs.obs, inputs.prev_action, inputs.prev_reward)
 
@@ -328,17 +347,6 @@ class Neubay:
             return jnp.tanh(mean), carry
         action, _ = sample_tanh_gaussian(mean, log_std, key)
         return action, carry
-
-    def act(self, actor_params, obs, key, deterministic: bool = False):
-        """Markov acting (obs -> action) is what exporters call; NEUBAY's policy needs its memory."""
-        raise ConfigError(
-            "neubay: the policy is recurrent (it needs the previous action, reward and its memory carry); "
-            "use Neubay.policy_step, or `mbrl eval`, which carries the memory along each episode"
-        )
-
-    def __call__(self, actor_params, carry, inputs, key):
-        """The exploring policy as a `world_models.rollout` PolicyFn."""
-        return self.policy_step(actor_params, carry, inputs, key, False)
 
     def encode(self, encoder_params, batch: SequenceBatch) -> jax.Array:
         """History features (B, R, d_model) of every row of the windows, from the initial carry."""
@@ -362,7 +370,7 @@ class Neubay:
             raise ConfigError(f"neubay: windows of {span} rows cannot hold sequence_length {length} + 1")
         return span - length - 1, length
 
-    def critic_loss(self, critic_params, state: NeubayState, actor_features, batch: SequenceBatch, key):
+    def critic_loss(self, critic_params, state: NeubayState, actor_features, batch: SequenceBatch, key, h):
         """`actor_features`: the actor encoder's features of the batch (B, R, d_model), for a' ~ π(h')."""
         cfg = self.config
         w, n = self._split(batch)
@@ -379,16 +387,16 @@ class Neubay:
         if cfg.backup_entropy:
             next_q = next_q - jnp.exp(state.log_alpha) * next_logp
         not_done = 1.0 - batch.terminal[:, w : w + n].astype(jnp.float32)
-        target = jax.lax.stop_gradient(batch.reward[:, w : w + n] + cfg.gamma * not_done * next_q)
+        target = jax.lax.stop_gradient(batch.reward[:, w : w + n] + h["gamma"] * not_done * next_q)
         per_step = jnp.mean(optax.huber_loss(q, target[None], delta=1.0), axis=0)
         mask, real = batch.loss_mask[:, w : w + n], batch.real[:, w : w + n]
-        loss, real_loss, imag_loss = weighted_mean(per_step, mask, real, cfg.real_weight)
+        loss, real_loss, imag_loss = weighted_mean(per_step, mask, real, h["real_weight"])
         q_mean, real_q, imag_q = weighted_mean(jnp.mean(q, axis=0), mask, real, 0.5)
         metrics = {"critic_loss": loss, "critic_loss_real": real_loss, "critic_loss_imag": imag_loss,
                    "q_real": real_q, "q_imag": imag_q, "target_mean": weighted_mean(target, mask, real, 0.5)[0]}
         return loss, metrics
 
-    def actor_loss(self, head_params, actor_features, critic_params, log_alpha, batch: SequenceBatch, key):
+    def actor_loss(self, head_params, actor_features, critic_params, log_alpha, batch: SequenceBatch, key, h):
         """Differentiable in the head's parameters and in the encoder's features (B, R, d_model)."""
         cfg = self.config
         w, n = self._split(batch)
@@ -397,47 +405,48 @@ class Neubay:
         features = jax.lax.stop_gradient(self.encode(critic_params["encoder"], batch)[:, w : w + n])
         q = jnp.mean(self.critic_values(critic_params["heads"], features, action), axis=0)
         mask, real = batch.loss_mask[:, w : w + n], batch.real[:, w : w + n]
-        loss, real_loss, imag_loss = weighted_mean(jnp.exp(log_alpha) * logp - q, mask, real, cfg.real_weight)
+        loss, real_loss, imag_loss = weighted_mean(jnp.exp(log_alpha) * logp - q, mask, real, h["real_weight"])
         extra = {}
         if cfg.actor_bc_coef > 0:
             bc = anchor_error(mean, batch.action[:, w : w + n], mask & real)
             q_scale = jax.lax.stop_gradient(masked_mean(jnp.abs(q), mask))
-            loss = loss + cfg.actor_bc_coef * q_scale * bc
+            loss = loss + h["actor_bc_coef"] * q_scale * bc
             extra = {"actor_bc": bc}
         return loss, (real_loss, imag_loss, jax.lax.stop_gradient(-logp), extra)
 
     # ----------------------------------------------------------------- update
 
-    def update(self, state: NeubayState, batch: SequenceBatch, key: jax.Array) -> tuple[NeubayState, dict]:
+    def update(self, state: NeubayState, batch: SequenceBatch, key: jax.Array,
+               hypers: dict | None = None) -> tuple[NeubayState, dict]:
         """One gradient step on the critics, a Polyak target update, then actor and temperature
         (the order of neubay's `sac_update`)."""
-        cfg = self.config
+        h = (self.hypers() if hypers is None else hypers)["neubay"]
         critic_key, actor_key = jax.random.split(key)
         # The actor encoder's features serve both losses: one forward pass, its backward pulled later.
         actor_features, encoder_vjp = jax.vjp(lambda p: self.encode(p, batch), state.actor_params["encoder"])
         (_, critic_metrics), critic_grads = jax.value_and_grad(self.critic_loss, has_aux=True)(
-            state.critic_params, state, jax.lax.stop_gradient(actor_features), batch, critic_key
+            state.critic_params, state, jax.lax.stop_gradient(actor_features), batch, critic_key, h
         )
-        updates, critic_opt_state = self.critic_tx.update(critic_grads, state.critic_opt_state, state.critic_params)
-        critic_params = optax.apply_updates(state.critic_params, updates)
-        target_params = optax.incremental_update(critic_params, state.target_critic_params, cfg.tau)
+        critic_params, critic_opt_state = self._step(self.critic_tx, state.critic_params, critic_grads,
+                                                     state.critic_opt_state, h["critic_encoder_lr"], h["critic_head_lr"])
+        target_params = optax.incremental_update(critic_params, state.target_critic_params, h["tau"])
 
         (actor_loss, (real_pi, imag_pi, entropy, actor_extra)), (head_grads, feature_grads) = jax.value_and_grad(
             self.actor_loss, argnums=(0, 1), has_aux=True
-        )(state.actor_params["head"], actor_features, critic_params, state.log_alpha, batch, actor_key)
+        )(state.actor_params["head"], actor_features, critic_params, state.log_alpha, batch, actor_key, h)
         actor_grads = {"encoder": encoder_vjp(feature_grads)[0], "head": head_grads}
-        updates, actor_opt_state = self.actor_tx.update(actor_grads, state.actor_opt_state, state.actor_params)
-        actor_params = optax.apply_updates(state.actor_params, updates)
+        actor_params, actor_opt_state = self._step(self.actor_tx, state.actor_params, actor_grads, state.actor_opt_state,
+                                                   h["actor_encoder_lr"], h["actor_head_lr"])
 
         w, n = self._split(batch)
         mask, real = batch.loss_mask[:, w : w + n], batch.real[:, w : w + n]
         log_alpha, alpha_opt_state = state.log_alpha, state.alpha_opt_state
         if self.target_entropy is not None:
             def alpha_loss(la):
-                return weighted_mean(jnp.exp(la) * (entropy - self.target_entropy), mask, real, cfg.real_weight)[0]
+                return weighted_mean(jnp.exp(la) * (entropy - self.target_entropy), mask, real, h["real_weight"])[0]
 
-            updates, alpha_opt_state = self.alpha_tx.update(jax.grad(alpha_loss)(log_alpha), alpha_opt_state)
-            log_alpha = optax.apply_updates(log_alpha, updates)
+            direction, alpha_opt_state = self.alpha_tx.update(jax.grad(alpha_loss)(log_alpha), alpha_opt_state)
+            log_alpha = log_alpha - h["alpha_lr"] * direction
 
         new_state = NeubayState(
             actor_params=actor_params,
@@ -462,3 +471,7 @@ class Neubay:
             train_steps=jnp.sum(mask.astype(jnp.float32)),
         )
         return new_state, metrics
+
+    def update_many(self, state: NeubayState, batches: SequenceBatch, key: jax.Array, hypers: dict | None = None):
+        """K updates in one `lax.scan` over windows with a leading axis K; metrics averaged over K."""
+        return scan_updates(lambda s, b, k: self.update(s, b, k, hypers), state, batches, key)

@@ -15,9 +15,10 @@ history (256 transitions, RAVL's batch; with |λ| ≤ 0.9, 64 steps rebuild the 
 see tens of collects rather than a handful; a tape of 2,000 trajectories (everything collected is kept,
 as with the paper's 40M); the threshold quantile over 100,000 dataset rows; and, not in NEUBAY, the
 actor anchored to the data's actions on the real prefixes (`neubay.actor_bc_coef` 2.5, TD3+BC's ratio,
-as the quick presets of MOPO and RAVL): after 8,000 updates on hopper-medium (3 seeds) the unanchored
-policy falls within tens of steps, imagined or real (normalized score 1.5), the anchored one scores 40.1.
-Per-dataset values as in `paper`; `--neubay.actor-bc-coef 0` gives the pure agent.
+as the quick presets of MOPO and RAVL): at the quick budget the unanchored policy falls within tens of
+steps, imagined or real, and the anchor keeps it up (the scores with and without it: docs/results.md;
+its imagined lengths: docs/findings.md). Per-dataset values as in `paper`; `--neubay.actor-bc-coef 0`
+gives the pure agent.
 """
 
 from __future__ import annotations

@@ -4,12 +4,13 @@ A preset is a nested dict of overrides, keyed like the sections of `mbrl.config.
 (`sac`, `bc`, `mopo`, `imagination`, `schedule`, `ensemble`, `fit`). `mbrl.config` applies them in
 order: the algorithm's base preset, then its per-dataset entry. No code path depends on a name here.
 
-`paper`: the published settings. `quick`: sized to finish `mbrl train` (dataset make, model fit,
-training, evaluation) on 2 CPU cores within 20 minutes: fewer updates, smaller rollout batches, a fit
-time budget. MOPO's and RAVL's quick presets also anchor the actor to the data (`_ANCHOR_QUICK`,
-`_ANCHOR_QUICK_RAVL`; NEUBAY's in `agents.neubay_presets`), because their critics are far from converged
-after the 8k to 20k updates a CPU affords; `--sac.actor-bc-coef 0 --imagination.real-ratio 0.05` gives
-the pure algorithms at the quick budget.
+`paper`: the published settings. `quick`: sized so that `mbrl train` (dataset make, model fit,
+training, evaluation) fits a budget of about 20 minutes on 2 CPU cores: fewer updates, smaller rollout
+batches, a fit time budget. MOPO's and RAVL's quick presets also anchor the actor to the data
+(`_ANCHOR_QUICK`, `_ANCHOR_QUICK_RAVL`; NEUBAY's in `agents.neubay_presets`), because their critics are
+far from converged after the 8k to 20k updates a CPU affords; `--sac.actor-bc-coef 0
+--imagination.real-ratio 0.05` gives the pure algorithms at the quick budget. What the presets score
+and how long they take: docs/results.md.
 """
 
 from __future__ import annotations
@@ -54,10 +55,10 @@ _FIT_QUICK = {"max_seconds": 150.0, "max_epochs": 60}
 
 # The quick presets' anchor: a TD3+BC-style BC term on the actor's deterministic action (a weight of
 # the batch's mean |Q|; see `agents.sac_n.SACNConfig.actor_bc_coef`) over the real half of each batch, as
-# in Unifloral's model-based ReBRAC (Jackson et al. 2025, "A Clean Slate for Offline RL"). Measured on
-# hopper-medium, 3 seeds, BC 37.1, data 33.8: MOPO (20k updates) 6.1 without it, 42.9 at weight 2.5
-# (54.6 at 8k); RAVL (8k) 1.7 without it, 35.8 at 2.5 (31.2 at 12k), 41.5 at 1.0. RAVL's min over 10
-# EDAC critics already keeps it near the data, so it takes the lighter weight.
+# in Unifloral's model-based ReBRAC (Jackson et al. 2025, "A Clean Slate for Offline RL"). The weights
+# were chosen on hopper-medium (the scores with and without the anchor: docs/results.md). RAVL's min over
+# 10 EDAC critics already keeps it near the data, so it takes the lighter weight: at MOPO's weight it
+# settled towards the data's level as training went on (docs/findings.md).
 _ANCHOR_QUICK = {"actor_bc_coef": 2.5}
 _ANCHOR_QUICK_RAVL = {"actor_bc_coef": 1.0}
 _ANCHOR_REAL_RATIO = 0.5

@@ -23,7 +23,9 @@ import jax.numpy as jnp
 import optax
 from flax import struct
 
+from agents.base import scan_updates
 from agents.networks import CriticEnsemble, TanhGaussianActor, anchor_error, sample_tanh_gaussian
+from mbrl.core.errors import ConfigError
 from mbrl.core.types import Transitions
 
 
@@ -49,6 +51,35 @@ class SACNConfig:
     # term is multiplied by the batch's mean |Q| so the weight means the same at any reward scale;
     # TD3+BC's alpha 2.5 is 1/2.5 = 0.4 here. 0 disables it.
     actor_bc_coef: float = 0.0
+
+    def __post_init__(self):
+        for name in ("num_critics", "batch_size"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ConfigError(f"sac.{name}: expected a positive int, found {value!r}")
+        if not self.hidden_sizes or any(int(w) < 1 for w in self.hidden_sizes):
+            raise ConfigError(f"sac.hidden_sizes: expected positive widths, found {tuple(self.hidden_sizes)}")
+        for name in ("actor_lr", "critic_lr", "alpha_lr", "init_alpha"):
+            if not getattr(self, name) > 0:
+                raise ConfigError(f"sac.{name}: expected a value > 0, found {getattr(self, name)}")
+        if not 0.0 < self.gamma <= 1.0:
+            raise ConfigError(f"sac.gamma: expected a value in (0, 1], found {self.gamma}")
+        if not 0.0 < self.tau <= 1.0:
+            raise ConfigError(f"sac.tau: expected a value in (0, 1], found {self.tau}")
+        if not self.actor_bc_coef >= 0:
+            raise ConfigError(f"sac.actor_bc_coef: expected a value >= 0, found {self.actor_bc_coef}")
+        if not self.eta >= 0:
+            raise ConfigError(f"sac.eta: expected a value >= 0, found {self.eta}")
+        if self.eta > 0 and self.num_critics < 2:
+            raise ConfigError(f"sac.eta: the EDAC term (eta={self.eta}) needs sac.num_critics >= 2, found {self.num_critics}")
+
+    def hypers(self) -> dict[str, jax.Array]:
+        """The values `SACN` reads as traced data (`agents.registry.SAC_HYPERS`)."""
+        return {name: jnp.asarray(getattr(self, name), jnp.float32) for name in SAC_HYPERS}
+
+
+# The fields of `SACNConfig` that are data in the training state: a population may vary them in one program.
+SAC_HYPERS = ("actor_lr", "critic_lr", "alpha_lr", "gamma", "tau", "eta", "actor_bc_coef", "init_alpha")
 
 
 @struct.dataclass
@@ -80,41 +111,45 @@ class SACN:
 
     def __init__(self, config: SACNConfig, obs_dim: int, act_dim: int, bc_rows: int | None = None):
         """`bc_rows`: the leading rows of every batch whose actions the BC term imitates (the real
-        data of a mixed batch); None means all rows."""
-        if config.num_critics < 1:
-            raise ValueError(f"num_critics must be >= 1, got {config.num_critics}")
-        if config.eta > 0 and config.num_critics < 2:
-            raise ValueError("the EDAC term (eta > 0) needs num_critics >= 2")
-        if config.actor_bc_coef > 0 and bc_rows == 0:
-            raise ValueError("the actor's BC term (actor_bc_coef > 0) needs real rows in each batch")
+        data of a mixed batch); None means all rows. Which terms exist (EDAC, BC) is static: a value of
+        0 in the config leaves the term out of the program; otherwise its weight is traced data."""
         self.config = config
         self.bc_rows = bc_rows
         self.obs_dim = obs_dim
         self.act_dim = act_dim
+        self.use_edac = config.eta > 0
+        self.use_bc = config.actor_bc_coef > 0
         self.actor = TanhGaussianActor(tuple(config.hidden_sizes), act_dim)
         self.critic = CriticEnsemble(config.hidden_sizes, config.num_critics, config.critic_layer_norm)
-        self.actor_tx = optax.adam(config.actor_lr)
-        self.critic_tx = optax.adam(config.critic_lr)
-        self.alpha_tx = optax.adam(config.alpha_lr)
+        # Adam's direction only: the learning rate is traced data (`hypers`), applied in `_step`.
+        self.tx = optax.scale_by_adam()
         self.target_entropy = float(-act_dim if config.target_entropy is None else config.target_entropy)
+
+    def hypers(self) -> dict[str, jax.Array]:
+        return self.config.hypers()
+
+    def _step(self, params, grads, opt_state, lr):
+        direction, opt_state = self.tx.update(grads, opt_state)
+        return jax.tree.map(lambda p, d: p - lr * d, params, direction), opt_state
 
     # ----------------------------------------------------------------- init / act
 
-    def init(self, key: jax.Array) -> SACNState:
+    def init(self, key: jax.Array, hypers: dict | None = None) -> SACNState:
+        hypers = self.hypers() if hypers is None else hypers
         actor_key, critic_key = jax.random.split(key)
         obs = jnp.zeros((1, self.obs_dim), jnp.float32)
         action = jnp.zeros((1, self.act_dim), jnp.float32)
         actor_params = self.actor.init(actor_key, obs)
         critic_params = self.critic.init(critic_key, obs, action)
-        log_alpha = jnp.asarray(jnp.log(self.config.init_alpha), jnp.float32)
+        log_alpha = jnp.log(jnp.asarray(hypers["init_alpha"], jnp.float32))
         return SACNState(
             actor_params=actor_params,
             critic_params=critic_params,
             target_critic_params=jax.tree.map(jnp.copy, critic_params),  # distinct buffers (donation)
             log_alpha=log_alpha,
-            actor_opt_state=self.actor_tx.init(actor_params),
-            critic_opt_state=self.critic_tx.init(critic_params),
-            alpha_opt_state=self.alpha_tx.init(log_alpha),
+            actor_opt_state=self.tx.init(actor_params),
+            critic_opt_state=self.tx.init(critic_params),
+            alpha_opt_state=self.tx.init(log_alpha),
             step=jnp.zeros((), jnp.int32),
         )
 
@@ -132,21 +167,22 @@ class SACN:
 
     # ----------------------------------------------------------------- losses
 
-    def critic_loss(self, critic_params, state: SACNState, batch: Transitions, key):
+    def critic_loss(self, critic_params, state: SACNState, batch: Transitions, key, hypers: dict | None = None):
         """Sum over members of the mean squared TD error, plus eta * the EDAC diversity term."""
+        hypers = self.hypers() if hypers is None else hypers
         next_action, next_logp = self.sample(state.actor_params, batch.next_obs, key)
         next_q = self.critic.apply(state.target_critic_params, batch.next_obs, next_action)
         alpha = jnp.exp(state.log_alpha)
         next_v = jnp.min(next_q, axis=0) - alpha * next_logp
         not_done = 1.0 - batch.terminal.astype(jnp.float32)
-        target = jax.lax.stop_gradient(batch.reward + self.config.gamma * not_done * next_v)
+        target = jax.lax.stop_gradient(batch.reward + hypers["gamma"] * not_done * next_v)
         q = self.critic.apply(critic_params, batch.obs, batch.action)
         td_loss = jnp.sum(jnp.mean((q - target[None]) ** 2, axis=1))
         metrics = {"critic_loss": td_loss, "q_mean": jnp.mean(q), "target_mean": jnp.mean(target)}
         loss = td_loss
-        if self.config.eta > 0:
+        if self.use_edac:
             diversity = edac_diversity(self.action_gradients(critic_params, batch.obs, batch.action))
-            loss = loss + self.config.eta * diversity
+            loss = loss + hypers["eta"] * diversity
             metrics["edac_diversity"] = diversity
         return loss, metrics
 
@@ -158,48 +194,48 @@ class SACN:
 
         return jax.vmap(member_grad)(critic_params)
 
-    def actor_loss(self, actor_params, critic_params, log_alpha, batch: Transitions, key):
+    def actor_loss(self, actor_params, critic_params, log_alpha, batch: Transitions, key, hypers: dict | None = None):
+        hypers = self.hypers() if hypers is None else hypers
         mean, log_std = self.actor.apply(actor_params, batch.obs)
         action, logp = sample_tanh_gaussian(mean, log_std, key)
         q = jnp.min(self.critic.apply(critic_params, batch.obs, action), axis=0)
         alpha = jnp.exp(log_alpha)
         loss = jnp.mean(alpha * logp - q)
         extra = {}
-        if self.config.actor_bc_coef > 0:
+        if self.use_bc:
             rows = slice(None, self.bc_rows)
             bc = anchor_error(mean[rows], batch.action[rows])
             # TD3+BC's ratio of the Q and BC terms, with the BC term scaled up rather than Q down, so
             # the temperature keeps its meaning in reward units for the critic's soft target.
             q_scale = jax.lax.stop_gradient(jnp.mean(jnp.abs(q)))
-            loss = loss + self.config.actor_bc_coef * q_scale * bc
+            loss = loss + hypers["actor_bc_coef"] * q_scale * bc
             extra = {"actor_bc": bc}
         return loss, (logp, extra)
 
     # ----------------------------------------------------------------- update
 
-    def update(self, state: SACNState, batch: Transitions, key: jax.Array) -> tuple[SACNState, dict]:
+    def update(self, state: SACNState, batch: Transitions, key: jax.Array, hypers: dict | None = None) -> tuple[SACNState, dict]:
         """One gradient step on critics, actor and temperature, then a Polyak target update."""
+        hypers = self.hypers() if hypers is None else hypers
         critic_key, actor_key = jax.random.split(key)
-        cfg = self.config
 
         (_, critic_metrics), critic_grads = jax.value_and_grad(self.critic_loss, has_aux=True)(
-            state.critic_params, state, batch, critic_key
+            state.critic_params, state, batch, critic_key, hypers
         )
-        updates, critic_opt_state = self.critic_tx.update(critic_grads, state.critic_opt_state)
-        critic_params = optax.apply_updates(state.critic_params, updates)
+        critic_params, critic_opt_state = self._step(state.critic_params, critic_grads, state.critic_opt_state,
+                                                     hypers["critic_lr"])
 
         (actor_loss, (logp, actor_metrics)), actor_grads = jax.value_and_grad(self.actor_loss, has_aux=True)(
-            state.actor_params, critic_params, state.log_alpha, batch, actor_key
+            state.actor_params, critic_params, state.log_alpha, batch, actor_key, hypers
         )
-        updates, actor_opt_state = self.actor_tx.update(actor_grads, state.actor_opt_state)
-        actor_params = optax.apply_updates(state.actor_params, updates)
+        actor_params, actor_opt_state = self._step(state.actor_params, actor_grads, state.actor_opt_state,
+                                                   hypers["actor_lr"])
 
         entropy_gap = jax.lax.stop_gradient(jnp.mean(logp) + self.target_entropy)
         alpha_grad = -entropy_gap  # d/dlog_alpha of -log_alpha * (logp + target_entropy)
-        updates, alpha_opt_state = self.alpha_tx.update(alpha_grad, state.alpha_opt_state)
-        log_alpha = optax.apply_updates(state.log_alpha, updates)
+        log_alpha, alpha_opt_state = self._step(state.log_alpha, alpha_grad, state.alpha_opt_state, hypers["alpha_lr"])
 
-        target_critic_params = optax.incremental_update(critic_params, state.target_critic_params, cfg.tau)
+        target_critic_params = optax.incremental_update(critic_params, state.target_critic_params, hypers["tau"])
         new_state = SACNState(
             actor_params=actor_params,
             critic_params=critic_params,
@@ -214,42 +250,44 @@ class SACN:
                        entropy=-jnp.mean(logp))
         return new_state, metrics
 
-    def update_many(self, state: SACNState, batches: Transitions, key: jax.Array) -> tuple[SACNState, dict]:
+    def update_many(self, state: SACNState, batches: Transitions, key: jax.Array,
+                    hypers: dict | None = None) -> tuple[SACNState, dict]:
         """K updates in one `lax.scan` over batches with a leading axis K; metrics averaged over K."""
-        keys = jax.random.split(key, batches.reward.shape[0])
-        state, metrics = jax.lax.scan(lambda s, xs: self.update(s, *xs), state, (batches, keys))
-        return state, jax.tree.map(jnp.mean, metrics)
+        hypers = self.hypers() if hypers is None else hypers
+        return scan_updates(lambda s, b, k: self.update(s, b, k, hypers), state, batches, key)
 
 
 class SACNAgent:
-    """The agent interface of the training loop over one SAC-N core, with model rewards passed through.
+    """`agents.base.TransitionLearner` over one SAC-N core, with model rewards passed through.
 
     MOPO and RAVL are this with their own defaults; MOPO overrides `model_reward` with its penalty.
     """
 
-    uses_model = True
+    imagination = "transitions"
+    recurrent = False
     uncertainty = "aleatoric_max"  # the measure the rollouts compute (and log)
 
     def __init__(self, sac: SACNConfig, obs_dim: int, act_dim: int, bc_rows: int | None = None):
         self.core = SACN(sac, obs_dim, act_dim, bc_rows)
         self.batch_size = sac.batch_size
+        self.obs_dim, self.act_dim = obs_dim, act_dim
 
-    def init(self, key: jax.Array) -> SACNState:
-        return self.core.init(key)
+    def init(self, key: jax.Array, hypers: dict | None = None) -> SACNState:
+        return self.core.init(key, None if hypers is None else hypers["sac"])
 
-    def update(self, state: SACNState, batch: Transitions, key: jax.Array):
-        return self.core.update(state, batch, key)
-
-    def update_many(self, state: SACNState, batches: Transitions, key: jax.Array):
-        return self.core.update_many(state, batches, key)
+    def update_many(self, state: SACNState, batches: Transitions, key: jax.Array, hypers: dict | None = None):
+        return self.core.update_many(state, batches, key, None if hypers is None else hypers["sac"])
 
     @staticmethod
     def actor_params(state: SACNState):
         return state.actor_params
 
-    def act(self, actor_params, obs, key, deterministic: bool = False):
-        return self.core.act(actor_params, obs, key, deterministic)
+    def initial_carry(self, batch: int):
+        return ()
 
-    def model_reward(self, reward: jax.Array, uncertainty: jax.Array) -> jax.Array:
-        del uncertainty
+    def act(self, actor_params, carry, inputs, key, deterministic: bool = False):
+        return self.core.act(actor_params, inputs.obs, key, deterministic), carry
+
+    def model_reward(self, hypers, reward: jax.Array, uncertainty: jax.Array) -> jax.Array:
+        del hypers, uncertainty
         return reward

@@ -1,18 +1,16 @@
-"""Collecting episodes from MuJoCo envs with a behaviour policy, many envs stepped in lockstep.
+"""Making D4RL-style datasets: what to run for a level, collecting it in lockstep envs, writing Minari.
 
-The policy is called once per step for the whole batch of envs (one jitted call), the envs step on
-the host. Everything is seeded: env slot i resets its j-th episode with a seed derived from
-(seed, i, j), and the policy gets the step index to derive its own key, so a collection is a pure
-function of its seed and its sizes.
-
-`envs` may import only `mbrl` lower modules: the behaviour policy arrives as a callable
-`policy(obs_batch, step) -> actions in [-1, 1]`, built by the caller (see mbrl/commands/data_make.py).
+The behaviour policies (`envs.behaviour`) act in [-1, 1] through the one lockstep loop (`envs.lockstep`),
+one jitted call per step for the whole batch of envs. Everything is seeded: env slot i resets its j-th
+episode with a seed derived from (seed, i, j), and a behaviour policy gets the step index to derive its
+own key, so a dataset is a pure function of its seed and its sizes. Names and places of made datasets
+are `mbrl.core.dataset_registry`'s.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import json
+import functools
 import os
 import shutil
 import tempfile
@@ -23,11 +21,11 @@ from pathlib import Path
 import gymnasium as gym
 import numpy as np
 
-from mbrl.core.errors import ConfigError
+from envs import behaviour, lockstep
+from envs.lockstep import Episode
+from mbrl.core import dataset_registry as registry
 from mbrl.core.score import normalized_score
 from mbrl.core.types import TASK_SPECS
-
-Policy = Callable[[np.ndarray, int], np.ndarray]
 
 
 def make_env(task: str) -> gym.Env:
@@ -38,162 +36,7 @@ def episode_seed(seed: int, slot: int, episode: int) -> int:
     return int(np.random.SeedSequence([seed, slot, episode]).generate_state(1)[0])
 
 
-def uniform_policy(act_dim: int, seed: int) -> Policy:
-    """Uniform random actions in [-1, 1]; deterministic for (seed, step)."""
-
-    def policy(obs: np.ndarray, step: int) -> np.ndarray:
-        rng = np.random.default_rng([seed, step])
-        return rng.uniform(-1.0, 1.0, (obs.shape[0], act_dim)).astype(np.float32)
-
-    return policy
-
-
-@dataclasses.dataclass
-class Episode:
-    observations: np.ndarray  # (T+1, obs_dim), Minari's layout
-    actions: np.ndarray  # (T, act_dim)
-    rewards: np.ndarray  # (T,)
-    terminations: np.ndarray  # (T,) bool
-    truncations: np.ndarray  # (T,) bool; also True on the last step of an episode cut by the quota
-
-    @property
-    def episode_return(self) -> float:
-        return float(np.sum(self.rewards, dtype=np.float64))
-
-    def __len__(self) -> int:
-        return int(self.rewards.shape[0])
-
-
-class _Recorder:
-    def __init__(self, max_len: int, obs_dim: int, act_dim: int, record: bool):
-        self.record = record
-        self.obs = np.zeros((max_len + 1, obs_dim), np.float64) if record else None
-        self.act = np.zeros((max_len, act_dim), np.float32) if record else None
-        self.rew = np.zeros(max_len, np.float64)
-        self.term = np.zeros(max_len, bool)
-        self.trunc = np.zeros(max_len, bool)
-        self.t = 0
-
-    def start(self, obs):
-        self.t = 0
-        if self.record:
-            self.obs[0] = obs
-
-    def add(self, action, next_obs, reward, terminated, truncated):
-        t = self.t
-        if self.record:
-            self.act[t] = action
-            self.obs[t + 1] = next_obs
-        self.rew[t], self.term[t], self.trunc[t] = reward, terminated, truncated
-        self.t += 1
-
-    def finish(self, cut: bool) -> Episode:
-        t = self.t
-        trunc = self.trunc[:t].copy()
-        if cut and t:
-            trunc[-1] = True
-        return Episode(
-            observations=self.obs[: t + 1].astype(np.float32) if self.record else None,
-            actions=self.act[:t].copy() if self.record else None,
-            rewards=self.rew[:t].astype(np.float32),
-            terminations=self.term[:t].copy(),
-            truncations=trunc,
-        )
-
-
-def run_lockstep(
-    envs: list[gym.Env],
-    policy: Policy,
-    seed: int,
-    steps_per_env: list[int] | None = None,
-    episodes_per_env: list[int] | None = None,
-    record: bool = True,
-    on_steps: Callable[[int], None] | None = None,
-) -> list[list[Episode]]:
-    """Step all envs together until each meets its quota (env steps, or whole episodes).
-
-    Returns the episodes of each env slot in order. With a step quota, a slot's last episode is cut
-    at the quota and marked truncated. `on_steps(n)` reports progress (n new env steps).
-    """
-    n = len(envs)
-    if (steps_per_env is None) == (episodes_per_env is None):
-        raise ValueError("give exactly one of steps_per_env and episodes_per_env")
-    spec = envs[0].unwrapped.spec
-    max_len = spec.max_episode_steps if spec and spec.max_episode_steps else 1000
-    obs_dim = envs[0].observation_space.shape[0]
-    act_dim = envs[0].action_space.shape[0]
-    low = envs[0].action_space.low.astype(np.float32)
-    high = envs[0].action_space.high.astype(np.float32)
-    recorders = [_Recorder(max_len, obs_dim, act_dim, record) for _ in range(n)]
-    episodes: list[list[Episode]] = [[] for _ in range(n)]
-    steps_done = [0] * n
-    active = [True] * n
-    current = np.zeros((n, obs_dim), np.float32)
-
-    def quota_met(i: int) -> bool:
-        if steps_per_env is not None:
-            return steps_done[i] >= steps_per_env[i]
-        return len(episodes[i]) >= episodes_per_env[i]
-
-    for i, env in enumerate(envs):
-        if quota_met(i):
-            active[i] = False
-            continue
-        obs, _ = env.reset(seed=episode_seed(seed, i, 0))
-        current[i] = obs
-        recorders[i].start(obs)
-
-    step = 0
-    while any(active):
-        actions = np.clip(np.asarray(policy(current, step), np.float32), -1.0, 1.0)
-        env_actions = low + (actions + 1.0) * 0.5 * (high - low)
-        new_steps = 0
-        for i, env in enumerate(envs):
-            if not active[i]:
-                continue
-            next_obs, reward, terminated, truncated, _ = env.step(env_actions[i])
-            recorders[i].add(actions[i], next_obs, reward, terminated, truncated)
-            steps_done[i] += 1
-            new_steps += 1
-            if terminated or truncated:
-                episodes[i].append(recorders[i].finish(cut=False))
-                if quota_met(i):
-                    active[i] = False
-                    continue
-                obs, _ = env.reset(seed=episode_seed(seed, i, len(episodes[i])))
-                current[i] = obs
-                recorders[i].start(obs)
-            elif steps_per_env is not None and quota_met(i):
-                episodes[i].append(recorders[i].finish(cut=True))
-                active[i] = False
-            else:
-                current[i] = next_obs
-        step += 1
-        if on_steps is not None:
-            on_steps(new_steps)
-    return episodes
-
-
-def evaluate_returns(
-    task: str, policy: Policy, num_episodes: int, seed: int, num_envs: int = 10, envs: list[gym.Env] | None = None
-) -> np.ndarray:
-    """Returns of `num_episodes` whole episodes, spread over `num_envs` lockstep envs."""
-    num_envs = min(num_envs, num_episodes)
-    envs = envs if envs is not None else [make_env(task) for _ in range(num_envs)]
-    quotas = [num_episodes // num_envs + (i < num_episodes % num_envs) for i in range(num_envs)]
-    result = run_lockstep(envs[:num_envs], policy, seed, episodes_per_env=quotas, record=False)
-    return np.array([ep.episode_return for slot in result for ep in slot])
-
-
-# ---------------------------------------------------------------------------- datasets
-
-# The shipped behaviour policies; MBRL_BEHAVIOUR_DIR points elsewhere (development of new ones).
-BEHAVIOUR_DIR = Path(os.environ.get("MBRL_BEHAVIOUR_DIR") or Path(__file__).resolve().parent / "behaviour")
-LEVELS = ("random", "medium", "medium-replay", "expert", "medium-expert")
 DEFAULT_TRANSITIONS = 1_000_000  # D4RL's size
-# The least mean return (stochastic, 100 episodes) of a shipped expert: 80% of D4RL's expert reference
-# return (d4rl/infos.py REF_MAX_SCORE).
-EXPERT_BAR = {"hopper": 2590.0, "halfcheetah": 9700.0, "walker2d": 3670.0}
 
 # The normalized score that each level's data is expected to have (the README's dataset table shows these
 # bands next to the measured scores, and the tests check made data against them). medium follows the
@@ -219,45 +62,56 @@ def data_score(episode_returns, complete, ref_min: float, ref_max: float) -> flo
     return float(normalized_score(returns.mean(), ref_min, ref_max))
 
 
-def dataset_id(task: str, level: str) -> str:
-    return f"mbrl/{task}/{level}-v0"
-
-
-def data_root() -> Path:
-    return Path(os.environ.get("MBRL_DATA_DIR") or Path.home() / ".mbrl" / "datasets").expanduser()
-
-
-def parse_name(name: str) -> tuple[str, str]:
-    """'hopper-medium-replay' -> ('hopper', 'medium-replay'); ConfigError listing the valid names."""
-    task, _, level = name.partition("-")
-    tasks = sorted(t for t in TASK_SPECS if (BEHAVIOUR_DIR / f"{t}_random.json").exists()) or sorted(TASK_SPECS)
-    if task not in TASK_SPECS or level not in LEVELS:
-        raise ConfigError(
-            f"unknown dataset '{name}': expected TASK-LEVEL with TASK one of {', '.join(tasks)} "
-            f"and LEVEL one of {', '.join(LEVELS)} (e.g. hopper-medium)"
-        )
-    return task, level
-
-
-def read_record(task: str, policy: str) -> dict:
-    """The JSON record of a shipped behaviour policy (`random`, `medium`, `expert`, `medium_replay`)."""
-    path = BEHAVIOUR_DIR / f"{task}_{policy}.json"
-    if not path.exists():
-        shipped = sorted(p.stem for p in BEHAVIOUR_DIR.glob("*.json"))
-        raise ConfigError(
-            f"no shipped behaviour record {path.name} in {BEHAVIOUR_DIR} for task '{task}'; "
-            f"shipped: {', '.join(shipped) or 'none'} (train it with scripts/train_behaviour.py)"
-        )
-    return json.loads(path.read_text())
-
-
 @dataclasses.dataclass(frozen=True)
 class Segment:
     """`steps` env steps collected with `policy` (a part of a dataset: one level, or one snapshot)."""
 
-    policy: Policy
+    policy: behaviour.StepPolicy
     steps: int
     label: str
+
+
+def plan_segments(task: str, level: str, transitions: int | None, seed: int) -> list[Segment]:
+    """What to run for a level (D4RL's definitions, Fu et al. 2020):
+
+    random         uniform actions
+    medium         the shipped medium policy (a checkpoint of the SAC run at about 1/3 of expert return)
+    expert         the shipped expert policy (the end of that run)
+    medium-expert  medium then expert, half of the transitions each
+    medium-replay  the SAC run's experience up to the medium checkpoint, regenerated from its recorded
+                   segments (uniform warm-up, then each shipped actor snapshot for the env steps it
+                   covered), scaled to `transitions` when given (default: the recorded run's length)
+    Actors sample from their stochastic policy, as D4RL did.
+    """
+    registry.task_level(registry.dataset_name(task, level))  # a ConfigError naming the tasks and levels
+    act_dim = TASK_SPECS[task].act_dim
+    total = DEFAULT_TRANSITIONS if transitions is None else transitions
+    if level == "random":
+        return [Segment(behaviour.uniform_policy(act_dim, seed), total, "random")]
+    if level in ("medium", "expert"):
+        return [Segment(behaviour.shipped_policy(task, level, seed), total, level)]
+    if level == "medium-expert":
+        half = total // 2
+        return [
+            Segment(behaviour.shipped_policy(task, "medium", seed), half, "medium"),
+            Segment(behaviour.shipped_policy(task, "expert", seed + 1), total - half, "expert"),
+        ]
+    record = behaviour.read_record(task, "medium_replay")
+    recorded = int(record["env_steps"])
+    total = recorded if transitions is None else transitions
+    actor, snapshots = behaviour.load_snapshots(task)
+    bounds = np.round(np.cumsum([0] + [seg["steps"] for seg in record["segments"]]) * total / recorded).astype(int)
+    segments = []
+    for k, seg in enumerate(record["segments"]):
+        steps = int(bounds[k + 1] - bounds[k])
+        if steps == 0:
+            continue
+        if seg["snapshot"] < 0:
+            policy = behaviour.uniform_policy(act_dim, seed + k)
+        else:
+            policy = behaviour.actor_policy(actor, snapshots[seg["snapshot"]], seed + k)
+        segments.append(Segment(policy, steps, f"snapshot@{seg['start']}"))
+    return segments
 
 
 def collect_segments(
@@ -286,7 +140,11 @@ def collect_segments(
         for k, (policy, steps) in enumerate(runs):
             quotas = [steps // num_envs + (i < steps % num_envs) for i in range(num_envs)]
             run_seed = int(np.random.SeedSequence([seed, k]).generate_state(1)[0])
-            for slot in run_lockstep(envs, policy, run_seed, steps_per_env=quotas, on_steps=on_steps):
+            slots = lockstep.run(
+                envs, behaviour.stepped(policy), functools.partial(episode_seed, run_seed), steps=quotas,
+                record=True, unit_actions=True, on_step=on_steps,
+            )
+            for slot in slots:
                 episodes.extend(slot)
     finally:
         for env in envs:
@@ -294,7 +152,7 @@ def collect_segments(
     return [ep for ep in episodes if len(ep)]
 
 
-def _scheduled_policy(segments: list[Segment], num_envs: int) -> Policy:
+def _scheduled_policy(segments: list[Segment], num_envs: int) -> behaviour.StepPolicy:
     """The policy of the segment that lockstep step `step` falls in (each env's share of every segment)."""
     bounds = np.cumsum([0] + [s.steps for s in segments]) / num_envs
 
@@ -303,6 +161,46 @@ def _scheduled_policy(segments: list[Segment], num_envs: int) -> Policy:
         return segments[k].policy(obs, step - int(bounds[k]))
 
     return policy
+
+
+@dataclasses.dataclass(frozen=True)
+class MadeDataset:
+    path: Path
+    transitions: int
+    episodes: int
+    mean_return: float  # over all its episodes, the ones cut by the quota too
+    normalized_score: float  # of that mean, against the shipped random and expert records
+
+
+def make_dataset(
+    task: str,
+    level: str,
+    segments: list[Segment],
+    seed: int,
+    num_envs: int = 16,
+    on_steps: Callable[[int], None] | None = None,
+    root: Path | None = None,
+) -> MadeDataset:
+    """Collect `segments` (from `plan_segments(task, level, ...)`) and write the Minari dataset
+    `mbrl/<task>/<level>-v0` under `root` (default: the registry's data folder). Reference scores are the
+    shipped random and expert records' mean returns."""
+    ref_min = behaviour.read_record(task, "random")["mean_return"]
+    ref_max = behaviour.read_record(task, "expert")["mean_return"]
+    episodes = collect_segments(
+        task, segments, seed, num_envs=num_envs, on_steps=on_steps, continuous=level == "medium-replay"
+    )
+    total = sum(s.steps for s in segments)
+    extra = {
+        "description": f"D4RL-style {level} data for {TASK_SPECS[task].env_id}, made by `mbrl data make`.",
+        "algorithm_name": "SAC behaviour policy" if level != "random" else "uniform random policy",
+        "mbrl_level": level,
+        "mbrl_seed": int(seed),
+        "mbrl_transitions": int(total),
+    }
+    path = write_minari(registry.data_dir() if root is None else Path(root), task, level, episodes, ref_min,
+                        ref_max, extra)
+    mean = float(np.mean([ep.episode_return for ep in episodes]))
+    return MadeDataset(path, total, len(episodes), mean, float(normalized_score(mean, ref_min, ref_max)))
 
 
 def write_minari(
@@ -315,7 +213,7 @@ def write_minari(
     """
     import minari  # noqa: PLC0415 (slow import)
 
-    ds_id = dataset_id(task, level)
+    ds_id = registry.minari_id(task, level)
     final = root / ds_id
     root.mkdir(parents=True, exist_ok=True)
     tmp_root = Path(tempfile.mkdtemp(prefix=".tmp-make-", dir=root))
@@ -351,7 +249,7 @@ def write_minari(
             )
         dataset.storage.update_metadata({k: v for k, v in extra.items() if k.startswith("mbrl_")})
         del dataset
-        namespace_file = tmp_root / "mbrl" / task / "namespace_metadata.json"
+        namespace_file = tmp_root / registry.NAMESPACE / task / "namespace_metadata.json"
         final.parent.mkdir(parents=True, exist_ok=True)
         for ns in (final.parent.parent, final.parent):  # mbrl/ and mbrl/<task>/ as Minari namespaces
             target = ns / "namespace_metadata.json"
@@ -366,8 +264,3 @@ def write_minari(
             os.environ["MINARI_DATASETS_PATH"] = previous
         shutil.rmtree(tmp_root, ignore_errors=True)
     return final
-
-
-def is_complete(root: Path, task: str, level: str) -> bool:
-    path = root / dataset_id(task, level)
-    return (path / "data" / "metadata.json").exists() or (path / "metadata.json").exists()

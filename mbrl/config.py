@@ -4,7 +4,17 @@ A run's config is built in layers: the preset of the algorithm (`agents.presets`
 file (`--config FILE`, the `config.json` of an earlier run), then the options given on the command line.
 The options of `mbrl train` are generated from these dataclasses (`TrainArgs`): every field of every
 component becomes an option such as `--sac.num-critics 5` or `--schedule.epochs 10`, whose absence
-means "keep the preset's value".
+means "keep the preset's value". `mbrl model fit` gets its `--ensemble.*` and `--fit.*` options from the
+same mechanism (`options_class`).
+
+Each algorithm reads only some sections (`agents.registry`), and `config.json` holds only those: an
+option of a section it does not read (given on the command line, to `build`, or with a non-default value
+in a config file) is refused rather than ignored. Validation of one section's values lives in that
+section's `__post_init__`; `TrainConfig.__post_init__` holds only the checks that span sections.
+
+The command-line mirrors are generated here rather than left to tyro: "absent" must mean "the preset's
+value" while the preset depends on `--algo` from the same command line, the refusals need to know which
+options were given, and config files need the same type checks (`_coerce`) as the options.
 """
 
 from __future__ import annotations
@@ -13,11 +23,11 @@ import dataclasses
 import json
 import types
 import typing
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Annotated, Any
 
-from agents import presets
+from agents import presets, registry
 from agents.bc import BCConfig
 from agents.mopo import MOPOConfig
 from agents.neubay import NeubayConfig
@@ -33,26 +43,6 @@ CONFIG_VERSION = 1
 def _positive(name: str, value) -> None:
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
         raise ConfigError(f"{name}: expected a positive int, found {value!r}")
-
-
-def _check_sac(sac: SACNConfig) -> None:
-    _positive("sac.num_critics", sac.num_critics)
-    _positive("sac.batch_size", sac.batch_size)
-    if not sac.hidden_sizes or any(int(w) < 1 for w in sac.hidden_sizes):
-        raise ConfigError(f"sac.hidden_sizes: expected positive widths, found {tuple(sac.hidden_sizes)}")
-    for name in ("actor_lr", "critic_lr", "alpha_lr", "init_alpha"):
-        if not getattr(sac, name) > 0:
-            raise ConfigError(f"sac.{name}: expected a value > 0, found {getattr(sac, name)}")
-    if not 0.0 < sac.gamma <= 1.0:
-        raise ConfigError(f"sac.gamma: expected a value in (0, 1], found {sac.gamma}")
-    if not 0.0 < sac.tau <= 1.0:
-        raise ConfigError(f"sac.tau: expected a value in (0, 1], found {sac.tau}")
-    if not sac.actor_bc_coef >= 0:
-        raise ConfigError(f"sac.actor_bc_coef: expected a value >= 0, found {sac.actor_bc_coef}")
-    if sac.eta < 0:
-        raise ConfigError(f"sac.eta: expected a value >= 0, found {sac.eta}")
-    if sac.eta > 0 and sac.num_critics < 2:
-        raise ConfigError(f"sac.eta: the EDAC term (eta={sac.eta}) needs sac.num_critics >= 2, found {sac.num_critics}")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -124,6 +114,9 @@ class LoggingConfig:
     wandb_project: str = "offline-mbrl"
 
 
+TOP_LEVEL = ("algo", "dataset", "preset", "seed", "seeds")  # fields of TrainConfig every algorithm reads
+
+
 @dataclasses.dataclass(frozen=True)
 class TrainConfig:
     """Everything that defines a run. `config.json` in a run directory is this, as JSON.
@@ -133,6 +126,9 @@ class TrainConfig:
         .hdf5/.npz path or minari:ID.
     preset: quick (sized for 2 CPU cores) | paper (the published settings).
     seed / seeds: train seeds seed, seed+1, ..., seed+seeds-1 in one compiled program.
+
+    The sections `algo` does not read (`agents.registry`) hold their defaults: a value there would be
+    ignored, so it is refused.
     """
 
     algo: str = "ravl"
@@ -151,15 +147,17 @@ class TrainConfig:
     logging: LoggingConfig = LoggingConfig()
 
     def __post_init__(self):
-        if self.algo not in presets.ALGOS:
-            raise ConfigError(f"algo: unknown algorithm {self.algo!r}; expected one of {', '.join(presets.ALGOS)}")
+        entry = registry.entry(self.algo)
         if self.preset not in presets.PRESETS:
             raise ConfigError(f"preset: unknown preset {self.preset!r}; expected one of {', '.join(presets.PRESETS)}")
         _positive("seeds", self.seeds)
         if self.seed < 0:
             raise ConfigError(f"seed: expected an int >= 0, found {self.seed}")
-        _check_sac(self.sac)
-        if self.sac.actor_bc_coef > 0 and self.uses_model and real_count(self.sac.batch_size, self.imagination.real_ratio) == 0:
+        changed = [name for name in unread_fields(self.algo) if _field_value(self, name) != _field_value(_DEFAULTS, name)]
+        if changed:
+            raise ConfigError(refusal(self.algo, changed))
+        if ("sac" in entry.sections and entry.uses_model and self.sac.actor_bc_coef > 0
+                and real_count(self.sac.batch_size, self.imagination.real_ratio) == 0):
             raise ConfigError(
                 f"sac.actor_bc_coef: the BC term imitates the real rows of each batch, but imagination.real_ratio "
                 f"{self.imagination.real_ratio} of batch {self.sac.batch_size} gives none"
@@ -167,11 +165,94 @@ class TrainConfig:
 
     @property
     def uses_model(self) -> bool:
-        return self.algo != "bc"
+        return registry.entry(self.algo).uses_model
 
     @property
     def seed_list(self) -> list[int]:
         return list(range(self.seed, self.seed + self.seeds))
+
+
+# The field defaults of TrainConfig's sections (what an algorithm's unread sections must hold).
+_DEFAULTS = types.SimpleNamespace(**{f.name: f.default for f in dataclasses.fields(TrainConfig)})
+
+
+# -------------------------------------------------------------------------------------------------
+# What each algorithm reads
+
+
+def _section_names() -> tuple[str, ...]:
+    return tuple(f.name for f in dataclasses.fields(TrainConfig) if dataclasses.is_dataclass(f.default))
+
+
+def _is_read(algo: str, section: str, name: str | None = None) -> bool:
+    entry = registry.entry(algo)
+    if section in TOP_LEVEL or section not in _section_names():
+        return True  # unknown names are refused by `override` with their own message
+    if section not in (*entry.sections, *registry.COMMON_SECTIONS):
+        return False
+    return section != "imagination" or name is None or name in entry.imagination_fields
+
+
+def unread_fields(algo: str) -> list[str]:
+    """Every `section.field` of TrainConfig that `algo` does not read."""
+    return [f"{section}.{f.name}" for section in _section_names() for f in dataclasses.fields(getattr(_DEFAULTS, section))
+            if not _is_read(algo, section, f.name)]
+
+
+def unread(algo: str, nested: dict[str, Any]) -> list[str]:
+    """The dotted names in the nested `nested` (options, a config file) that `algo` does not read."""
+    out = []
+    for section, value in nested.items():
+        if not isinstance(value, dict):
+            out += [] if _is_read(algo, section) else [section]
+            continue
+        out += [f"{section}.{name}" for name in value if not _is_read(algo, section, name)]
+    return out
+
+
+def _field_value(config, name: str):
+    section, _, field = name.partition(".")
+    return getattr(getattr(config, section), field)
+
+
+def _option(name: str, cli: bool) -> str:
+    return "--" + name.replace("_", "-") if cli else name
+
+
+def reads(algo: str) -> list[str]:
+    """What `algo` reads: whole sections (`sac`) and single fields (`imagination.per_seed_model`)."""
+    entry = registry.entry(algo)
+    out = []
+    for section in (*entry.sections, *registry.COMMON_SECTIONS):
+        if section == "imagination" and set(entry.imagination_fields) != set(registry.ALL_IMAGINATION):
+            out += [f"imagination.{name}" for name in entry.imagination_fields]
+        else:
+            out.append(section)
+    return out
+
+
+def refusal(algo: str, names: Sequence[str], cli: bool = False) -> str:
+    """The one-line refusal of options `names` that `algo` does not read (`cli`: as command-line options)."""
+    read = ", ".join(_option(name, cli) + ("" if "." in name else ".*") for name in reads(algo))
+    return f"{', '.join(_option(n, cli) for n in names)}: not read by algorithm {algo}, which reads {read}"
+
+
+def _drop_unread_defaults(algo: str, data: dict[str, Any]) -> dict[str, Any]:
+    """`data` without the unread fields that hold their default value (config.json files written before
+    runs kept only their own sections); unread fields with other values stay, for TrainConfig to refuse."""
+    out = {k: dict(v) if isinstance(v, dict) else v for k, v in data.items()}
+    for name in unread(algo, data):
+        section, _, field = name.partition(".")
+        if not field:
+            continue
+        default = getattr(_DEFAULTS, section)
+        try:
+            same = getattr(override(default, {field: out[section][field]}, section), field) == getattr(default, field)
+        except ConfigError:
+            same = False
+        if same:
+            del out[section][field]
+    return {k: v for k, v in out.items() if not (isinstance(v, dict) and not v and data[k])}  # emptied: gone
 
 
 # -------------------------------------------------------------------------------------------------
@@ -223,7 +304,7 @@ def _coerce(value, hint, where: str):
     return value
 
 
-def _apply(obj, overrides: dict[str, Any], where: str = ""):
+def override(obj, overrides: dict[str, Any], where: str = ""):
     """A copy of the frozen dataclass `obj` with the nested `overrides` applied and type-checked."""
     if not isinstance(overrides, dict):
         raise ConfigError(f"{where or 'config'}: expected a mapping of fields, found {overrides!r}")
@@ -236,7 +317,7 @@ def _apply(obj, overrides: dict[str, Any], where: str = ""):
             raise ConfigError(f"{path}: unknown field; expected one of {', '.join(names)}")
         current = getattr(obj, key)
         if dataclasses.is_dataclass(current):
-            changes[key] = _apply(current, value, path)
+            changes[key] = override(current, value, path)
         else:
             changes[key] = _coerce(value, hints[key], path)
     try:
@@ -245,6 +326,9 @@ def _apply(obj, overrides: dict[str, Any], where: str = ""):
         raise
     except (TypeError, ValueError) as exc:
         raise ConfigError(f"{where or 'config'}: {exc}") from None
+
+
+_apply = override  # the name tests/test_train.py calls
 
 
 def _merge(base: dict, extra: dict) -> dict:
@@ -272,17 +356,20 @@ def dataset_key(source: str) -> str:
 
 
 def build(algo: str = "ravl", dataset: str = "hopper-medium", preset: str = "quick", overrides: dict | None = None) -> TrainConfig:
-    """The preset of `algo` for `dataset`, with nested `overrides` on top."""
-    if algo not in presets.ALGOS:
-        raise ConfigError(f"algo: unknown algorithm {algo!r}; expected one of {', '.join(presets.ALGOS)}")
-    if preset not in presets.PRESETS:
-        raise ConfigError(f"preset: unknown preset {preset!r}; expected one of {', '.join(presets.PRESETS)}")
+    """The preset of `algo` for `dataset`, with nested `overrides` on top.
+
+    An override that `algo` does not read (a section or imagination field of another algorithm) is refused."""
+    base = TrainConfig(algo=algo, dataset=dataset, preset=preset)  # checks the names before the preset lookup
+    names = unread(algo, overrides or {})
+    if names:
+        raise ConfigError(refusal(algo, names))
     layers = _merge(presets.preset(algo, preset, dataset_key(dataset)), {"algo": algo, "dataset": dataset, "preset": preset})
-    layers = _merge(layers, overrides or {})
-    return _apply(TrainConfig(algo=algo, preset=preset), layers)
+    return override(base, _merge(layers, overrides or {}))
 
 
-def to_dict(config) -> dict[str, Any]:
+def to_dict(config: TrainConfig) -> dict[str, Any]:
+    """`config` as JSON-ready nested dicts, with only the sections (and imagination fields) its algorithm reads."""
+
     def convert(value):
         if dataclasses.is_dataclass(value):
             return {f.name: convert(getattr(value, f.name)) for f in dataclasses.fields(value)}
@@ -290,7 +377,11 @@ def to_dict(config) -> dict[str, Any]:
             return [convert(v) for v in value]
         return value
 
-    return {"version": CONFIG_VERSION, **convert(config)}
+    out = convert(config)
+    for name in unread_fields(config.algo):
+        section, _, field = name.partition(".")
+        out[section].pop(field, None)
+    return {"version": CONFIG_VERSION, **{k: v for k, v in out.items() if v != {}}}
 
 
 def from_dict(data: dict[str, Any], where: str = "config") -> TrainConfig:
@@ -301,7 +392,8 @@ def from_dict(data: dict[str, Any], where: str = "config") -> TrainConfig:
     if version != CONFIG_VERSION:
         raise ConfigError(f"{where}: field 'version' is {version!r}; expected {CONFIG_VERSION}")
     try:
-        return _apply(TrainConfig(algo=data.get("algo", "ravl"), preset=data.get("preset", "quick")), data)
+        base = TrainConfig(algo=data.get("algo", "ravl"), preset=data.get("preset", "quick"))
+        return override(base, _drop_unread_defaults(base.algo, data))
     except ConfigError as exc:
         raise ConfigError(f"{where}: {exc}") from None
 
@@ -326,7 +418,7 @@ def load(path: Path) -> TrainConfig:
 
 
 # -------------------------------------------------------------------------------------------------
-# The command line: a mirror of TrainConfig whose every field is optional (None: keep the layer below)
+# Command lines: mirrors of config dataclasses whose every field is optional (None: keep the layer below)
 
 
 # Help for the fields of classes whose docstrings do not describe them one by one.
@@ -388,8 +480,20 @@ def _cli_type(hint):
     return hint
 
 
-def _mirror(cls, prefix: str = ""):
-    """A frozen dataclass with the fields of `cls`, each `T | None = None`; nested dataclasses mirror too."""
+Hint = Callable[[str, str, Any], str]  # (section, field, default) -> the help's "(default: ...)"
+
+
+def the_default(section: str, name: str, default) -> str:
+    shown = " ".join(str(v) for v in default) if isinstance(default, (tuple, list)) else default
+    return f"(default: {shown})"
+
+
+def from_the_preset(section: str, name: str, default) -> str:
+    return "(default: from the preset)" if section else the_default(section, name, default)  # top level: no preset
+
+
+def _mirror_fields(cls, prefix: str, hint: Hint, section: str = "") -> list:
+    """The fields of `cls` as `T | None = None` options; a nested dataclass becomes a nested mirror."""
     import tyro
 
     hints = _hints(cls)
@@ -397,53 +501,46 @@ def _mirror(cls, prefix: str = ""):
     for f in dataclasses.fields(cls):
         default = f.default if f.default is not dataclasses.MISSING else None
         if dataclasses.is_dataclass(default):
-            nested = _mirror(type(default), prefix + f.name.capitalize())
-            fields.append((f.name, nested, dataclasses.field(default_factory=nested)))
+            nested = _mirror(type(default), prefix + f.name.capitalize(), hint, f.name)
+            fields.append((f.name, nested, dataclasses.field(default_factory=nested, metadata={"option": True})))
             continue
         cli_type = _cli_type(hints[f.name])
         arg = tyro.conf.arg(help=(_field_help(cls, f.name) or "").strip() or None, metavar=_metavar(cli_type),
-                            help_behavior_hint="(default: from the preset)")
-        hint = Annotated[cli_type | None, arg]
-        fields.append((f.name, hint, dataclasses.field(default=None)))
-    mirror = dataclasses.make_dataclass(f"{prefix}{cls.__name__}Options", fields, frozen=True)
+                            help_behavior_hint=hint(section, f.name, default))
+        fields.append((f.name, Annotated[cli_type | None, arg], dataclasses.field(default=None, metadata={"option": True})))
+    return fields
+
+
+def _mirror(cls, prefix: str, hint: Hint, section: str = ""):
+    mirror = dataclasses.make_dataclass(f"{prefix}{cls.__name__}Options", _mirror_fields(cls, prefix, hint, section), frozen=True)
     mirror.__module__ = __name__
     return mirror
 
 
-def _path_arg(help_: str, hint: str = ""):
-    import tyro
+def section_options(sections: dict[str, type], hint: Hint = the_default) -> list:
+    """Option fields `--SECTION.FIELD` for the config dataclasses `sections` (name -> class)."""
+    out = []
+    for name, cls in sections.items():
+        nested = _mirror(cls, name.capitalize(), hint, name)
+        out.append((name, nested, dataclasses.field(default_factory=nested, metadata={"option": True})))
+    return out
 
-    return Annotated[Path | None, tyro.conf.arg(help=help_, metavar="DIR" if "config" not in help_ else "FILE", help_behavior_hint=hint)]
 
-
-def _train_args_class():
-    import tyro
-
-    base = _mirror(TrainConfig)
-    extra = [
-        ("run_dir", _path_arg("where the run is written", "(default: runs/ALGO-DATASET-TIME)"), dataclasses.field(default=None)),
-        ("resume", _path_arg("continue the run in this directory from its last checkpoint"), dataclasses.field(default=None)),
-        ("config", _path_arg("a config.json to start from (options given here override it)"), dataclasses.field(default=None)),
-        ("world_model", _path_arg("reuse this fitted world model (from `mbrl model fit` or a run's world_model/)", "(default: fit one)"), dataclasses.field(default=None)),
-    ]
-    fields = [(f.name, f.type, f) for f in dataclasses.fields(base)]
-    fields = [(name, typ, dataclasses.field(default=f.default, default_factory=f.default_factory)) for name, typ, f in fields]
-    cls = dataclasses.make_dataclass("TrainArgs", extra + fields, frozen=True)
+def options_class(name: str, doc: str, extra: list, options: list):
+    """A frozen dataclass for tyro: the command's own fields `extra` (name, type[, field]), then `options`."""
+    cls = dataclasses.make_dataclass(name, [*extra, *options], frozen=True)
     cls.__module__ = __name__
-    cls.__doc__ = "Train an agent. With no options: RAVL, quick preset, hopper-medium (made first if missing)."
+    cls.__doc__ = doc
     return cls
 
 
-TrainArgs = _train_args_class()
-
-
-def overrides_of(args) -> dict[str, Any]:
-    """The options that were given, as nested dicts (mirror fields left at None are dropped)."""
+def given_options(args) -> dict[str, Any]:
+    """The options that were given, as nested dicts (the command's own fields and options left at None dropped)."""
 
     def collect(obj):
         out = {}
         for f in dataclasses.fields(obj):
-            if f.name in ("run_dir", "resume", "config", "world_model"):
+            if not f.metadata.get("option"):
                 continue
             value = getattr(obj, f.name)
             if dataclasses.is_dataclass(value):
@@ -457,14 +554,49 @@ def overrides_of(args) -> dict[str, Any]:
     return collect(args)
 
 
+def refuse_unread_options(algo: str, given: dict[str, Any]) -> None:
+    names = unread(algo, given)
+    if names:
+        raise ConfigError(refusal(algo, names, cli=True))
+
+
+def _path_arg(help_: str, metavar: str, hint: str = ""):
+    import tyro
+
+    return Annotated[Path | None, tyro.conf.arg(help=help_, metavar=metavar, help_behavior_hint=hint)]
+
+
+TrainArgs = options_class(
+    "TrainArgs",
+    "Train an agent. With no options: RAVL, quick preset, hopper-medium (made first if missing).",
+    [
+        ("run_dir", _path_arg("where the run is written", "DIR", "(default: runs/ALGO-DATASET-TIME)"), dataclasses.field(default=None)),
+        ("resume", _path_arg("continue the run in this directory from its last checkpoint", "DIR"), dataclasses.field(default=None)),
+        ("config", _path_arg("a config.json to start from (options given here override it)", "FILE"), dataclasses.field(default=None)),
+        ("world_model", _path_arg("reuse this fitted world model (from `mbrl model fit` or a run's world_model/)", "DIR",
+                                  "(default: fit one)"), dataclasses.field(default=None)),
+    ],
+    _mirror_fields(TrainConfig, "", from_the_preset),
+)
+
+
+def overrides_of(args) -> dict[str, Any]:
+    """The `mbrl train` options that were given, as nested dicts."""
+    return given_options(args)
+
+
 def resolve(args) -> TrainConfig:
-    """The run's config from `TrainArgs`: preset (or --config file) with the given options on top."""
+    """The run's config from `TrainArgs`: preset (or --config file) with the given options on top.
+
+    Options of sections the algorithm does not read are refused."""
     given = overrides_of(args)
     if args.config is not None:
         base = to_dict(load(args.config))
         base.pop("version", None)
+        refuse_unread_options(given.get("algo", base["algo"]), given)
         return from_dict(_merge(base, given), str(args.config))
     algo = given.pop("algo", "ravl")
     dataset = given.pop("dataset", "hopper-medium")
     preset = given.pop("preset", "quick")
+    refuse_unread_options(algo, given)
     return build(algo, dataset, preset, given)

@@ -1,24 +1,26 @@
 """Evaluate a policy in the real simulator: N seeded episodes in lockstep, normalized score.
 
-Episode i runs in its own env reset with seed `seed + i`, so a result is reproducible and any single
-episode can be replayed alone. All N envs advance together and the policy sees the whole batch in
-ONE call per time step, always with shape (N, obs_dim): rows of finished episodes are padded with
-their last observation and their actions are dropped, so a jitted policy compiles once.
+Episode i runs in its own env reset with seed `seed + i` (or the i-th of a list of seeds), so a result is reproducible and any single
+episode can be replayed alone. The envs advance together in `envs.lockstep`'s loop: the policy sees
+the whole batch in ONE call per time step, always N rows (finished episodes padded), so a jitted
+policy compiles once. A policy takes a `PolicyInput` (`envs.lockstep.markov` wraps one of the
+observation alone).
 """
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 
+from envs import lockstep
 from envs.tasks import TASKS, Task, get_task, task_for_env_id
 from mbrl.core.errors import ConfigError
 from mbrl.core.score import normalized_score, reference_scores
 
-PolicyFn = Callable[[Any], Any]  # (B, obs_dim) float32 -> (B, act_dim), numpy or jax
+PolicyFn = lockstep.Policy  # PolicyInput of B rows -> (B, act_dim), numpy or jax
 
 
 @dataclasses.dataclass(frozen=True, eq=False)  # array fields: compare .returns etc. explicitly
@@ -59,12 +61,13 @@ def evaluate(
     policy_fn: PolicyFn,
     task_or_env_id: Task | str,
     episodes: int = 10,
-    seed: int = 0,
+    seed: int | Sequence[int] = 0,
     ref_min_score: float | None = None,
     ref_max_score: float | None = None,
     env_kwargs: dict[str, Any] | None = None,
 ) -> EvalResult:
-    """Run `policy_fn` for `episodes` episodes of the real env and summarise the returns.
+    """Run `policy_fn` (a lockstep policy of a `PolicyInput`) for `episodes` episodes of the real env and
+    summarise the returns.
 
     `task_or_env_id`: a Task, a task name ("hopper") or a gymnasium id ("Hopper-v5", or any other env).
     Reference scores: a dataset's own (`ref_min_score`, `ref_max_score`) when given, else D4RL's for a
@@ -73,6 +76,9 @@ def evaluate(
     """
     if not isinstance(episodes, int) or episodes < 1:
         raise ConfigError(f"evaluate: episodes must be a positive integer, found {episodes!r}")
+    reset_seeds = [seed + i for i in range(episodes)] if isinstance(seed, int) else [int(s) for s in seed]
+    if len(reset_seeds) != episodes:
+        raise ConfigError(f"evaluate: expected one reset seed per episode ({episodes}), found {len(reset_seeds)}")
     env_id, task = _resolve(task_or_env_id)
     reference = reference_scores(ref_min_score, ref_max_score, task)
 
@@ -85,11 +91,13 @@ def evaluate(
                 envs.append(gymnasium.make(env_id, **(env_kwargs or {})))
             except gymnasium.error.Error as exc:
                 raise ConfigError(f"evaluate: cannot make env {env_id!r}: {exc}") from None
-        returns, lengths = _run_lockstep(policy_fn, envs, seed, env_id)
+        slots = lockstep.run(envs, policy_fn, lambda slot, episode: reset_seeds[slot], episodes=1)
     finally:
         for env in envs:
             env.close()
 
+    returns = np.array([ep.episode_return for (ep,) in slots], np.float64)
+    lengths = np.array([len(ep) for (ep,) in slots], np.int64)
     mean = float(returns.mean())
     return EvalResult(
         mean=mean,
@@ -98,29 +106,3 @@ def evaluate(
         lengths=lengths,
         normalized_score=None if reference is None else float(normalized_score(mean, *reference)),
     )
-
-
-def _run_lockstep(policy_fn: PolicyFn, envs: list, seed: int, env_id: str) -> tuple[np.ndarray, np.ndarray]:
-    n = len(envs)
-    act_shape = envs[0].action_space.shape
-    # Clip like a robot's actuator limits would: the env's control cost would otherwise see raw values.
-    low, high = envs[0].action_space.low, envs[0].action_space.high
-    obs = np.stack([np.asarray(env.reset(seed=seed + i)[0], np.float32) for i, env in enumerate(envs)])
-    returns = np.zeros(n, np.float64)
-    lengths = np.zeros(n, np.int64)
-    live = np.ones(n, bool)
-    while live.any():
-        actions = np.asarray(policy_fn(obs))  # one call for the whole padded batch
-        if actions.shape != (n, *act_shape):
-            raise ConfigError(
-                f"evaluate: the policy returned actions of shape {actions.shape} for {n} observations of {env_id}, "
-                f"expected {(n, *act_shape)}"
-            )
-        for i in np.flatnonzero(live):
-            next_obs, reward, terminated, truncated, _ = envs[i].step(np.clip(actions[i], low, high))
-            returns[i] += float(reward)
-            lengths[i] += 1
-            obs[i] = next_obs  # a finished row keeps its last obs as padding
-            if terminated or truncated:
-                live[i] = False
-    return returns, lengths

@@ -2,23 +2,29 @@
 
 The input is a `PolicySpec`: an explicit description of the deterministic policy (the actor's apply
 function and parameters, the observation normalizer, the action bounds, names, control rate and
-where it came from). `export_policy` writes, atomically (a temporary folder renamed into place):
+where it came from, and for a recurrent policy its memory at an episode start). `export_policy`
+writes, atomically (a temporary folder renamed into place):
 
 - `policy.onnx`: obs -> action with the observation envelope (clip), the normalizer, the action
   rescaling and the action clipping baked into the graph (as Isaac Lab's exporter bakes its
   normalizer), with a dynamic batch axis, opset 18.
-  Input `obs` float32 (batch, obs_dim); output `action` float32 (batch, act_dim). A recurrent policy
-  adds input `state_in` and output `state_out`, float32 (batch, state_dim), zeros at episode start.
+  Input `obs` float32 (batch, obs_dim); output `action` float32 (batch, act_dim).
+  A recurrent policy (NEUBAY) takes and returns its state each tick:
+  inputs  obs, prev_action (batch, act_dim), prev_reward (batch,), first bool (batch,), carry_0, carry_1, ...
+  outputs action, policy_action (batch, act_dim), next_carry_0, next_carry_1, ...
+  `policy_action` is the policy's own action in [-1, 1] before rescaling and clipping: the next tick's
+  `prev_action`, as in training. A complex carry leaf travels as real (..., 2) arrays (real, imaginary).
 - `policy.jax`: the same function serialized with `jax.export` (a symbolic batch axis, lowered for CPU
   and CUDA). It runs in any process with jax installed and nothing of this project:
 
       exported = jax.export.deserialize(bytearray(open("policy.jax", "rb").read()))
       action = exported.call(obs)                      # obs: float32 (batch, obs_dim)
-      action, state = exported.call(obs, state)        # recurrent
+      action, policy_action, *carry = exported.call(obs, prev_action, prev_reward, first, *carry)  # recurrent
 
 - `policy.json`: observation and action names, dims and bounds, the normalizer, the control rate, the
   env, dataset and run ids, `params_sha256` (sha256 of the parameter bytes, leaves in pytree order),
-  sha256 of both model files, and the framework version.
+  sha256 of both model files, the framework version, and `state` (null for a Markov policy): the
+  recurrent inputs, the carry leaves (ONNX names, shapes, dtypes, initial values) and the reset rule.
 
 `mbrl.export_run.load_policy_from_run(run_dir)` builds the PolicySpec of a run written by `mbrl train`.
 """
@@ -37,7 +43,10 @@ from typing import Any
 
 import numpy as np
 
-from envs.robots.export_format import FORMAT, FORMAT_VERSION, JAX_FILE, JSON_FILE, ONNX_FILE, ExportError
+from envs.robots.export_format import (
+    CARRY_DTYPES, FORMAT, FORMAT_VERSION, JAX_FILE, JSON_FILE, ONNX_FILE, RECURRENT_INPUTS, RESET_RULE, ExportError,
+    state_inputs,
+)
 
 JAX_PLATFORMS = ("cpu", "cuda")
 OBS_CLIP_STD = 10.0
@@ -54,9 +63,13 @@ def observation_envelope(observations, num_std: float = OBS_CLIP_STD, min_std: f
 class PolicySpec:
     """A deterministic policy, described explicitly enough to be exported.
 
-    apply_fn(params, obs) -> u, or apply_fn(params, obs, state) -> (u, new_state) when state_dim > 0.
-        `obs` is ONE normalized observation (obs_dim,); `u` is the squashed action in [-1, 1]^act_dim
-        (for SAC-style actors tanh of the mean, as `SACN.act(..., deterministic=True)` returns).
+    apply_fn(params, obs) -> u for a Markov policy; apply_fn(params, carry, inputs) -> (u, carry) for a
+        recurrent one (`initial_carry` given), with `inputs` a `mbrl.core.types.PolicyInput` of ONE step:
+        obs (obs_dim,) normalized, prev_action (act_dim,) the previous u, prev_reward () float32,
+        first () bool. `obs` is ONE normalized observation (obs_dim,); `u` is the squashed action in
+        [-1, 1]^act_dim (for SAC-style actors tanh of the mean, as `act(..., deterministic=True)` returns).
+    initial_carry: the recurrent memory at an episode start for one sample (a pytree of arrays, no batch
+        axis); None for a Markov policy.
     obs_mean / obs_std: the normalizer, obs_n = (obs - mean) / std; None for an agent without one.
     obs_low / obs_high: the raw observation is clipped into this envelope first, so that an observation
         far outside the training data cannot drive the network into regions it never saw (and float32
@@ -79,7 +92,7 @@ class PolicySpec:
     obs_low: Any = None
     obs_high: Any = None
     rescale_actions: bool = True
-    state_dim: int = 0
+    initial_carry: Any = None
     obs_names: tuple[str, ...] | None = None
     action_names: tuple[str, ...] | None = None
     control_rate_hz: float | None = None
@@ -117,6 +130,8 @@ class PolicySpec:
         vector("obs_high", self.obs_high, self.obs_dim)
         if self.obs_low is not None and not np.all(self.obs_low <= self.obs_high):
             raise ExportError(f"policy spec: obs_low {self.obs_low.tolist()} must not exceed obs_high {self.obs_high.tolist()}")
+        if self.initial_carry is not None:
+            object.__setattr__(self, "initial_carry", _host_carry(self.initial_carry))
         names = {"obs_names": self.obs_dim, "action_names": self.act_dim}
         for name, dim in names.items():
             value = getattr(self, name)
@@ -126,10 +141,51 @@ class PolicySpec:
                 raise ExportError(f"policy spec: {name} has {len(value)} names, expected {dim}")
             object.__setattr__(self, name, value)
 
+    @property
+    def recurrent(self) -> bool:
+        return self.initial_carry is not None
+
+
+def _host_carry(carry):
+    """The carry as numpy arrays; ExportError for a leaf of a dtype policy.json cannot describe."""
+    import jax
+
+    out = jax.tree.map(np.asarray, carry)
+    for path, leaf in jax.tree_util.tree_flatten_with_path(out)[0]:
+        if _encoded(leaf).dtype.name not in CARRY_DTYPES:
+            raise ExportError(f"policy spec: initial_carry{jax.tree_util.keystr(path)} has dtype {leaf.dtype}; "
+                              f"expected one of {', '.join(CARRY_DTYPES)}, complex64 or complex128")
+    if not jax.tree.leaves(out):
+        raise ExportError("policy spec: initial_carry has no arrays; give None for a Markov policy")
+    return out
+
+
+def _encoded(leaf) -> np.ndarray:
+    """A carry leaf as the graph carries it: complex -> (..., 2) real, imaginary; others as they are."""
+    leaf = np.asarray(leaf)
+    if np.iscomplexobj(leaf):
+        return np.stack([leaf.real, leaf.imag], axis=-1)
+    return leaf
+
+
+def carry_leaves(spec: PolicySpec) -> list[dict]:
+    """Per carry leaf: its pytree path, source dtype and encoded initial value (what policy.json describes)."""
+    import jax
+
+    if not spec.recurrent:
+        return []
+    leaves = jax.tree_util.tree_flatten_with_path(spec.initial_carry)[0]
+    return [{"path": jax.tree_util.keystr(path), "source_dtype": leaf.dtype, "initial": _encoded(leaf)}
+            for path, leaf in leaves]
+
 
 def policy_function(spec: PolicySpec) -> Callable:
-    """The per-sample deterministic policy: raw obs (and state) -> action in the robot's units (and state)."""
+    """The per-sample deterministic policy: raw obs -> action in the robot's units; recurrent:
+    (obs, prev_action, prev_reward, first, *carry) -> (action, policy_action, *next_carry), carry encoded."""
+    import jax
     import jax.numpy as jnp
+
+    from mbrl.core.types import PolicyInput
 
     low, high = spec.action_low, spec.action_high
 
@@ -145,14 +201,23 @@ def policy_function(spec: PolicySpec) -> Callable:
             u = low + (u + 1.0) * (0.5 * (high - low))
         return jnp.clip(u, low, high)
 
-    if spec.state_dim:
+    if not spec.recurrent:
+        return lambda obs: to_action(spec.apply_fn(spec.params, normalize(obs)))
 
-        def recurrent(obs, state):
-            u, new_state = spec.apply_fn(spec.params, normalize(obs), state)
-            return to_action(u), new_state
+    like, treedef = jax.tree.flatten(spec.initial_carry)
 
-        return recurrent
-    return lambda obs: to_action(spec.apply_fn(spec.params, normalize(obs)))
+    def decode(x, leaf):
+        return jax.lax.complex(x[..., 0], x[..., 1]).astype(leaf.dtype) if np.iscomplexobj(leaf) else x
+
+    def encode(x):
+        return jnp.stack([x.real, x.imag], axis=-1) if jnp.iscomplexobj(x) else x
+
+    def recurrent(obs, prev_action, prev_reward, first, *encoded):
+        carry = treedef.unflatten([decode(x, leaf) for x, leaf in zip(encoded, like)])
+        u, new_carry = spec.apply_fn(spec.params, carry, PolicyInput(normalize(obs), prev_action, prev_reward, first))
+        return (to_action(u), u, *(encode(x) for x in treedef.flatten_up_to(new_carry)))
+
+    return recurrent
 
 
 def params_sha256(params) -> str:
@@ -168,31 +233,51 @@ def params_sha256(params) -> str:
 
 def _example_inputs(spec: PolicySpec) -> list[np.ndarray]:
     inputs = [np.zeros(spec.obs_dim, np.float32)]
-    if spec.state_dim:
-        inputs.append(np.zeros(spec.state_dim, np.float32))
+    if spec.recurrent:
+        inputs += [np.zeros(spec.act_dim, np.float32), np.zeros((), np.float32), np.ones((), bool)]
+        inputs += [leaf["initial"] for leaf in carry_leaves(spec)]
     return inputs
 
 
 def _io_names(spec: PolicySpec) -> tuple[list[str], list[str]]:
-    if spec.state_dim:
-        return ["obs", "state_in"], ["action", "state_out"]
+    if spec.recurrent:
+        count = len(carry_leaves(spec))
+        return (["obs", *RECURRENT_INPUTS, *(f"carry_{i}" for i in range(count))],
+                ["action", "policy_action", *(f"next_carry_{i}" for i in range(count))])
     return ["obs"], ["action"]
 
 
 def _check_outputs(spec: PolicySpec) -> None:
-    """apply_fn on one observation gives (act_dim,) (and (state_dim,)): a clear error before any tracing deeper down."""
+    """apply_fn on one observation gives (act_dim,) (and a carry like the initial one): a clear error
+    before any tracing deeper down."""
     import jax
 
+    from mbrl.core.types import PolicyInput
+
+    def call():
+        obs = np.zeros(spec.obs_dim, np.float32)
+        if not spec.recurrent:
+            return jax.eval_shape(lambda o: spec.apply_fn(spec.params, o), obs)
+        inputs = PolicyInput(obs, *_example_inputs(spec)[1:4])
+        return jax.eval_shape(lambda c, i: spec.apply_fn(spec.params, c, i), spec.initial_carry, inputs)
+
     try:
-        out = jax.eval_shape(lambda *xs: spec.apply_fn(spec.params, *xs), *_example_inputs(spec))
+        out = call()
     except Exception as exc:  # any tracing error of user code: report it in one line
         raise ExportError(f"policy spec: apply_fn fails on one observation of shape ({spec.obs_dim},): "
                           f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}") from None
-    outs = out if isinstance(out, tuple) else (out,)
-    expected = [(spec.act_dim,)] + ([(spec.state_dim,)] if spec.state_dim else [])
-    found = [tuple(getattr(o, "shape", ())) for o in outs]
-    if found != expected:
-        raise ExportError(f"policy spec: apply_fn returns shapes {found} for one observation, expected {expected}")
+    if spec.recurrent:
+        if not (isinstance(out, tuple) and len(out) == 2):
+            raise ExportError("policy spec: a recurrent apply_fn must return (action, carry)")
+        out, carry = out
+        describe_leaves = lambda tree: [(tuple(x.shape), np.dtype(x.dtype).name) for x in jax.tree.leaves(tree)]  # noqa: E731
+        found, expected = describe_leaves(carry), describe_leaves(spec.initial_carry)
+        if jax.tree.structure(carry) != jax.tree.structure(spec.initial_carry) or found != expected:
+            raise ExportError(f"policy spec: apply_fn returns a carry of (shape, dtype) {found}, expected one like "
+                              f"initial_carry {expected}")
+    shape = [tuple(getattr(o, "shape", ())) for o in out] if isinstance(out, tuple) else tuple(getattr(out, "shape", ()))
+    if shape != (spec.act_dim,):
+        raise ExportError(f"policy spec: apply_fn returns shapes {shape} for one observation, expected ({spec.act_dim},)")
 
 
 def export_jax(spec: PolicySpec) -> tuple[bytes, list[str]]:
@@ -201,13 +286,30 @@ def export_jax(spec: PolicySpec) -> tuple[bytes, list[str]]:
 
     fn = policy_function(spec)
     (batch,) = jax.export.symbolic_shape("batch")
-    args = [jax.ShapeDtypeStruct((batch, *x.shape), np.float32) for x in _example_inputs(spec)]
+    args = [jax.ShapeDtypeStruct((batch, *x.shape), x.dtype) for x in _example_inputs(spec)]
     batched = jax.jit(jax.vmap(fn))
     try:
         exported = jax.export.export(batched, platforms=JAX_PLATFORMS)(*args)
     except Exception:  # a jaxlib without CUDA lowering rules: a CPU-only artifact is still useful
         exported = jax.export.export(batched, platforms=("cpu",))(*args)
     return bytes(exported.serialize()), list(exported.platforms)
+
+
+def describe_state(spec: PolicySpec) -> dict | None:
+    """policy.json's `state`: what a runner feeds a recurrent policy each tick and carries between ticks."""
+    if not spec.recurrent:
+        return None
+    inputs, outputs = _io_names(spec)
+    count = len(RECURRENT_INPUTS)
+    carry = []
+    for leaf, name_in, name_out in zip(carry_leaves(spec), inputs[1 + count :], outputs[2:]):
+        initial = leaf["initial"]
+        complex_ = np.issubdtype(leaf["source_dtype"], np.complexfloating)
+        encoding = f"{leaf['source_dtype'].name} as (..., 2): real, imaginary" if complex_ else None
+        carry.append({"input": name_in, "output": name_out, "path": leaf["path"], "shape": list(initial.shape),
+                      "dtype": initial.dtype.name, "encoding": encoding, "initial": initial.tolist()})
+    return {"inputs": state_inputs(spec.act_dim), "feedback": {"prev_action": "policy_action"}, "carry": carry,
+            "reset": RESET_RULE}
 
 
 def describe(spec: PolicySpec, files: dict[str, bytes], platforms: list[str]) -> dict:
@@ -243,7 +345,7 @@ def describe(spec: PolicySpec, files: dict[str, bytes], platforms: list[str]) ->
             "high": spec.action_high.tolist(),
             "rescaled_from_unit_range": spec.rescale_actions,
         },
-        "state": {"dim": spec.state_dim, "initial": "zeros"} if spec.state_dim else None,
+        "state": describe_state(spec),
         "params_sha256": params_sha256(spec.params),
         "files": {name: {"sha256": hashlib.sha256(data).hexdigest()} for name, data in files.items()},
         "onnx": {"inputs": inputs, "outputs": outputs, "opset": OPSET},
@@ -307,13 +409,23 @@ def verify_export(spec: PolicySpec, export_dir: str | Path, count: int = 1000, s
     obs = (mean + std * scale * rng.standard_normal((count, spec.obs_dim))).astype(np.float32)
     runner = PolicyRunner(export_dir)
     fn = jax.jit(jax.vmap(policy_function(spec)))
-    if spec.state_dim:
-        state = rng.standard_normal((count, spec.state_dim)).astype(np.float32)
-        runner.set_state(state)
-        expected = np.asarray(fn(obs, state)[0])
-    else:
-        expected = np.asarray(fn(obs))
-    worst = float(np.max(np.abs(runner(obs) - expected)))
+    if not spec.recurrent:
+        worst = float(np.max(np.abs(runner(obs) - np.asarray(fn(obs)))))
+    else:  # episodes in lockstep, each side carrying its own state: round-off must not accumulate
+        steps = 20
+        episodes = max(count // steps, 1)
+        obs = np.resize(obs, (steps, episodes, spec.obs_dim))
+        rewards = rng.standard_normal((steps, episodes)).astype(np.float32)
+        carry = [np.broadcast_to(leaf["initial"], (episodes, *leaf["initial"].shape)) for leaf in carry_leaves(spec)]
+        prev_action, prev_reward = np.zeros((episodes, spec.act_dim), np.float32), np.zeros(episodes, np.float32)
+        runner.reset(episodes)
+        worst = 0.0
+        for t in range(steps):
+            first = np.full(episodes, t == 0)
+            action, prev_action, *carry = fn(obs[t], prev_action, prev_reward, first, *carry)
+            worst = max(worst, float(np.max(np.abs(runner(obs[t]) - np.asarray(action)))))
+            prev_reward = rewards[t]
+            runner.give_reward(prev_reward)
     if not worst <= 1e-5:
         raise RuntimeError(f"{export_dir}: the ONNX policy differs from the JAX policy by {worst:.2e} (> 1e-5)")
     return worst

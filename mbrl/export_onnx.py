@@ -8,8 +8,12 @@ How: the function is traced on ONE observation (static shapes, no symbolic dims)
 that depends on an input is emitted with an extra leading batch axis ("batched"), as `jax.vmap`
 would. Values that do not depend on an input (parameters, normalizer, bounds and anything computed
 from them alone) are folded to constants by evaluating the primitive with JAX, so only input-
-dependent operators reach the graph. Calls (jit, custom_jvp/vjp, remat) are inlined. A primitive
-outside the supported set raises `OnnxExportError` naming it, never a silent wrong graph.
+dependent operators reach the graph. Calls (jit, custom_jvp/vjp, remat) are inlined, a `scan` is
+unrolled (its length is static), a scatter with constant indices becomes an ONNX Gather.
+ONNX runtimes have next to no complex arithmetic, so a complex value (an LRU's diagonal recurrence)
+is carried as two real tensors, its real and imaginary parts; the graph's inputs and outputs are
+real. A primitive outside the supported set raises `OnnxExportError` naming it, never a silent wrong
+graph.
 """
 
 from __future__ import annotations
@@ -41,6 +45,12 @@ _BINARY = {
     "and": "And", "or": "Or", "xor": "Xor", "rem": "Mod",
 }  # fmt: skip
 _REDUCE = {"reduce_sum": "ReduceSum", "reduce_max": "ReduceMax", "reduce_min": "ReduceMin", "reduce_prod": "ReduceProd"}
+# Linear in their complex operands: the real and imaginary parts go through the same real operator.
+_COMPONENTWISE = {
+    "add", "sub", "neg", "copy", "copy_p", "reshape", "squeeze", "expand_dims", "broadcast_in_dim", "transpose",
+    "concatenate", "stack", "split", "slice", "select_n", "reduce_sum", "scatter-add", "scatter",
+}  # fmt: skip
+_MAX_UNROLL = 1024  # scan steps: the unrolled graph grows with the length
 
 
 class OnnxExportError(UserError):
@@ -60,13 +70,37 @@ def _onnx():
 
 
 class _Value:
-    """A jaxpr value: a host constant, or a named graph tensor (batched: has the leading batch axis)."""
+    """A jaxpr value: a host constant, or a named graph tensor (batched: has the leading batch axis).
+    A batched complex value is two real tensors: `name` its real part, `imag` its imaginary part."""
 
-    __slots__ = ("const", "name", "batched", "shape", "dtype")
+    __slots__ = ("const", "name", "imag", "batched", "shape", "dtype")
 
-    def __init__(self, *, const=None, name=None, batched=False, shape=(), dtype=np.float32):
-        self.const, self.name, self.batched = const, name, batched
+    def __init__(self, *, const=None, name=None, imag=None, batched=False, shape=(), dtype=np.float32):
+        self.const, self.name, self.imag, self.batched = const, name, imag, batched
         self.shape, self.dtype = tuple(shape), np.dtype(dtype)
+
+
+def _constant(array) -> _Value:
+    array = np.asarray(array)
+    return _Value(const=array, shape=array.shape, dtype=array.dtype)
+
+
+def _is_complex(dtype) -> bool:
+    return np.issubdtype(np.dtype(dtype), np.complexfloating)
+
+
+def _real_dtype(dtype) -> np.dtype:
+    return np.finfo(np.dtype(dtype)).dtype  # complex64 -> float32, complex128 -> float64
+
+
+def _part(value: _Value, k: int) -> _Value:
+    """The real (k=0) or imaginary (k=1) part of a complex value, as a real value; a real value as it is."""
+    if not _is_complex(value.dtype):
+        return value
+    dtype = _real_dtype(value.dtype)
+    if value.const is not None:
+        return _constant((value.const.real if k == 0 else value.const.imag).astype(dtype))
+    return _Value(name=value.name if k == 0 else value.imag, batched=True, shape=value.shape, dtype=dtype)
 
 
 class _Graph:
@@ -228,10 +262,132 @@ def _emit(graph: _Graph, eqn, ins: list[_Value]) -> list[str]:
         op = "ArgMax" if prim == "argmax" else "ArgMin"
         index = graph.node(op, [ins[0].name], axis=axis + 1, keepdims=0)
         return [graph.node("Cast", [index], to=_onnx_dtype(onnx, params["index_dtype"]))]
+    if prim in ("scatter-add", "scatter"):
+        return [_scatter(graph, prim, ins, params)]
     raise OnnxExportError(
         f"ONNX export: the policy uses the JAX primitive '{prim}', which this exporter does not translate "
-        f"(supported: elementwise math, dot_general, reshape/broadcast/transpose/slice/split/concatenate/stack, reductions)"
+        f"(supported: elementwise math, dot_general, reshape/broadcast/transpose/slice/split/concatenate/stack, "
+        f"reductions, scan, scatter with constant indices, complex add/mul/select)"
     )
+
+
+def _scatter(graph: _Graph, prim: str, ins: list[_Value], params) -> str:
+    """scatter(-add) with constant indices: each output position takes at most one update, so the
+    scatter is a Gather of the updates (plus a zero column for untouched positions) at a constant map."""
+    operand, indices, updates = ins
+    if indices.const is not None and int(np.prod(updates.shape)) < 2**24:  # exact as float32 codes
+        n = int(np.prod(updates.shape))
+        zeros = np.zeros(operand.shape, np.float32)
+        place = lambda u: np.asarray(jax.lax.scatter_add(zeros, indices.const, u, params["dimension_numbers"],  # noqa: E731
+                                                         mode=params["mode"]))
+        count = place(np.ones(updates.shape, np.float32))
+        if count.max(initial=0) <= 1:
+            code = place(np.arange(1, n + 1, dtype=np.float32).reshape(updates.shape))
+            index_map = np.where(count > 0, code - 1, n).astype(np.int64)
+            flat = graph.node("Reshape", [graph.batched_like(updates), graph.ints([0, n])])
+            padded = graph.node("Concat", [flat, graph.batched_like(_constant(np.zeros(1, updates.dtype)))], axis=1)
+            gathered = _Value(name=graph.node("Gather", [padded, graph.ints(index_map)], axis=1), batched=True,
+                              shape=operand.shape, dtype=updates.dtype)
+            rank = len(operand.shape)
+            if prim == "scatter-add":
+                return graph.node("Add", [_align(graph, operand, rank), gathered.name])
+            mask = graph.const(count > 0)
+            return graph.node("Where", [mask, gathered.name, _align(graph, operand, rank)])
+    raise OnnxExportError(f"ONNX export: '{prim}' is translated only with constant indices that hit each position at most once")
+
+
+def _emit_complex(graph: _Graph, eqn, ins: list[_Value]) -> list:
+    """Nodes for a primitive with a complex input or output: complex values as (real, imaginary) pairs of
+    real tensors. Returns, per output, a name (a real output) or a pair of names (a complex one)."""
+    prim = eqn.primitive.name
+    out = eqn.outvars[0].aval
+    rank = len(out.shape)
+    if prim in _COMPONENTWISE:
+        re = _emit(graph, eqn, [_part(v, 0) for v in ins])
+        im = _emit(graph, eqn, [_part(v, 1) for v in ins])
+        return [(r, i) if _is_complex(v.aval.dtype) else r for r, i, v in zip(re, im, eqn.outvars)]
+    if prim == "complex":
+        return [(graph.batched_like(ins[0]), graph.batched_like(ins[1]))]
+    if prim in ("real", "imag"):
+        return [graph.batched_like(_part(ins[0], 0 if prim == "real" else 1))]
+    if prim == "convert_element_type" and _is_complex(out.dtype):
+        dtype = _real_dtype(out.dtype)
+        if _is_complex(ins[0].dtype):
+            re, im = (graph.batched_like(_part(ins[0], k)) for k in (0, 1))
+        else:
+            re = graph.node("Cast", [ins[0].name], to=_onnx_dtype(graph.onnx, dtype))
+            im = graph.batched_like(_constant(np.zeros(ins[0].shape, dtype)))
+        if _is_complex(ins[0].dtype) and _real_dtype(ins[0].dtype) != dtype:
+            re, im = (graph.node("Cast", [n], to=_onnx_dtype(graph.onnx, dtype)) for n in (re, im))
+        return [(re, im)]
+    if prim == "convert_element_type":  # complex -> real keeps the real part, as numpy and lax do
+        return [graph.node("Cast", [_part(ins[0], 0).name], to=_onnx_dtype(graph.onnx, out.dtype))]
+    if prim == "mul":  # (a + bi)(c + di) = (ac - bd) + (ad + bc)i
+        (a, b), (c, d) = ((_part(v, 0), _part(v, 1)) for v in ins)
+        arith = lambda op, x, y: _arith(graph, op, x, y, rank)  # noqa: E731
+        re = arith("Sub", arith("Mul", a, c), arith("Mul", b, d))
+        im = arith("Add", arith("Mul", a, d), arith("Mul", b, c))
+        return [(graph.batched_like(re), graph.batched_like(im))]
+    raise OnnxExportError(
+        f"ONNX export: the policy uses the JAX primitive '{prim}' on complex values, which this exporter does not "
+        f"translate (supported on complex values: complex, real, imag, add, sub, mul, select, shape ops, reduce_sum)"
+    )
+
+
+def _arith(graph: _Graph, op: str, x: _Value, y: _Value, rank: int) -> _Value:
+    """x op y for real values; folded on the host when both are constants."""
+    if x.const is not None and y.const is not None:
+        fn = {"Add": np.add, "Sub": np.subtract, "Mul": np.multiply}[op]
+        return _constant(fn(x.const, y.const).astype(x.dtype))
+    shape = np.broadcast_shapes(x.shape, y.shape)
+    name = graph.node(op, [_align(graph, x, rank), _align(graph, y, rank)])
+    return _Value(name=name, batched=True, shape=shape, dtype=x.dtype)
+
+
+def _index(graph: _Graph, value: _Value, i: int) -> _Value:
+    """value[i] along its first per-sample axis (a scan's step)."""
+    if value.const is not None:
+        return _constant(value.const[i])
+    shape = value.shape[1:]
+    if _is_complex(value.dtype):
+        re, im = (_index(graph, _part(value, k), i) for k in (0, 1))
+        return _Value(name=re.name, imag=im.name, batched=True, shape=shape, dtype=value.dtype)
+    return _Value(name=graph.node("Gather", [value.name, graph.const(np.asarray(i, np.int64))], axis=1), batched=True,
+                  shape=shape, dtype=value.dtype)
+
+
+def _stack(graph: _Graph, values: list[_Value]) -> _Value:
+    """The values stacked along a new first per-sample axis (a scan's stacked outputs)."""
+    first = values[0]
+    shape = (len(values), *first.shape)
+    if all(v.const is not None for v in values):
+        return _constant(np.stack([v.const for v in values]))
+    if _is_complex(first.dtype):
+        re, im = (_stack(graph, [_part(v, k) for v in values]) for k in (0, 1))
+        return _Value(name=graph.batched_like(re), imag=graph.batched_like(im), batched=True, shape=shape,
+                      dtype=first.dtype)
+    axis = graph.ints([1])
+    parts = [graph.node("Unsqueeze", [graph.batched_like(v), axis]) for v in values]
+    return _Value(name=graph.node("Concat", parts, axis=1), batched=True, shape=shape, dtype=first.dtype)
+
+
+def _scan(graph: _Graph, eqn, ins: list[_Value]) -> list[_Value]:
+    """A `lax.scan` unrolled: its length is static, and a policy's scans are short (one step when acting)."""
+    params = eqn.params
+    length, num_consts, num_carry = int(params["length"]), int(params["num_consts"]), int(params["num_carry"])
+    if length > _MAX_UNROLL:
+        raise OnnxExportError(f"ONNX export: a scan of {length} steps would be unrolled into the graph (at most {_MAX_UNROLL})")
+    body = params["jaxpr"]
+    consts, carry, xs = ins[:num_consts], ins[num_consts : num_consts + num_carry], ins[num_consts + num_carry :]
+    steps = range(length - 1, -1, -1) if params["reverse"] else range(length)
+    ys_by_step = {}
+    for i in steps:
+        outs = _run(graph, body.jaxpr, body.consts, consts + carry + [_index(graph, x, i) for x in xs])
+        carry, ys_by_step[i] = outs[:num_carry], outs[num_carry:]
+    if not length:
+        return list(carry) + [_constant(np.zeros(v.aval.shape, v.aval.dtype)) for v in eqn.outvars[num_carry:]]
+    num_ys = len(eqn.outvars) - num_carry
+    return list(carry) + [_stack(graph, [ys_by_step[i][k] for i in range(length)]) for k in range(num_ys)]
 
 
 def _subjaxpr(eqn):
@@ -267,11 +423,16 @@ def _run(graph: _Graph, jaxpr, consts, args: list[_Value]) -> list[_Value]:
         elif not any(v.batched for v in ins):  # fold: it does not depend on an input
             out = eqn.primitive.bind(*(v.const if v.const is not None else None for v in ins), **eqn.params)
             out = out if eqn.primitive.multiple_results else [out]
-            results = [_Value(const=np.asarray(o), shape=np.shape(o), dtype=np.asarray(o).dtype) for o in out]
+            results = [_constant(o) for o in out]
+        elif eqn.primitive.name == "scan":
+            results = _scan(graph, eqn, ins)
         else:
-            names = _emit(graph, eqn, ins)
+            complex_ = any(_is_complex(v.dtype) for v in ins) or any(_is_complex(v.aval.dtype) for v in eqn.outvars)
+            names = _emit_complex(graph, eqn, ins) if complex_ else _emit(graph, eqn, ins)
             results = [
-                _Value(name=n, batched=True, shape=v.aval.shape, dtype=v.aval.dtype) for n, v in zip(names, eqn.outvars)
+                _Value(name=n[0], imag=n[1], batched=True, shape=v.aval.shape, dtype=v.aval.dtype) if isinstance(n, tuple)
+                else _Value(name=n, batched=True, shape=v.aval.shape, dtype=v.aval.dtype)
+                for n, v in zip(names, eqn.outvars)
             ]
         for var, value in zip(eqn.outvars, results):
             env[var] = value
@@ -296,6 +457,8 @@ def to_onnx(
     inputs, args = [], []
     for name, example in zip(input_names, example_args):
         example = np.asarray(example)
+        if _is_complex(example.dtype):
+            raise OnnxExportError(f"to_onnx: input {name!r} is complex; pass its real and imaginary parts as real arrays")
         inputs.append(onnx.helper.make_tensor_value_info(name, _onnx_dtype(onnx, example.dtype), ["batch", *example.shape]))
         args.append(_Value(name=name, batched=True, shape=example.shape, dtype=example.dtype))
     graph.batch_ref = input_names[0]
@@ -304,6 +467,8 @@ def to_onnx(
         raise ValueError(f"to_onnx: the function returns {len(results)} arrays, {len(output_names)} output names given")
     outputs = []
     for name, value in zip(output_names, results):
+        if _is_complex(value.dtype):
+            raise OnnxExportError(f"to_onnx: output {name!r} is complex; return its real and imaginary parts as real arrays")
         graph.nodes.append(onnx.helper.make_node("Identity", [graph.batched_like(value)], [name]))
         outputs.append(onnx.helper.make_tensor_value_info(name, _onnx_dtype(onnx, value.dtype), ["batch", *value.shape]))
     graph.prune(output_names)

@@ -1,8 +1,7 @@
 """The policy of a run directory written by `mbrl train` (config.json, run.json, checkpoints/), as a PolicySpec.
 
 This is the only place export touches the training code: it reads the run through the training loop's
-public functions (`mbrl.config.load`, `mbrl.train.read_run_facts` / `trainer_for`,
-`mbrl.checkpoint.Checkpointer`), the way `mbrl eval` does.
+public `mbrl.train.load_run`, the way `mbrl eval` does, and acts through the agent's own `act`.
 """
 
 from __future__ import annotations
@@ -15,50 +14,56 @@ from mbrl.core.errors import ConfigError
 from mbrl.export import ExportError, PolicySpec, observation_envelope
 
 
+def policy_of(agent) -> dict:
+    """`apply_fn` (and `initial_carry`) of a PolicySpec for an `agents.base.Algorithm`'s deterministic policy:
+    its `act` on a batch of one, the carry handed through for a recurrent agent."""
+    import jax
+    import jax.numpy as jnp
+
+    from mbrl.core.types import PolicyInput
+
+    key = jax.random.PRNGKey(0)  # unused by a deterministic policy
+    one = lambda tree: jax.tree.map(lambda x: jnp.asarray(x)[None], tree)  # noqa: E731
+    if not agent.recurrent:
+        def apply_fn(params, obs):
+            inputs = PolicyInput(obs[None], jnp.zeros((1, agent.act_dim)), jnp.zeros(1), jnp.ones(1, bool))
+            return agent.act(params, (), inputs, key, True)[0][0]
+
+        return {"apply_fn": apply_fn}
+
+    def recurrent(params, carry, inputs):
+        action, carry = agent.act(params, one(carry), one(inputs), key, True)
+        return action[0], jax.tree.map(lambda x: x[0], carry)
+
+    initial = jax.tree.map(lambda x: np.asarray(x[0]), agent.initial_carry(1))
+    return {"apply_fn": recurrent, "initial_carry": initial}
+
+
 def load_policy_from_run(run_dir: str | Path, seed_index: int = 0) -> PolicySpec:
     """The deterministic policy of training seed number `seed_index` at the run's latest checkpoint.
 
-    Reads the run through `mbrl.config.load`, `mbrl.train.read_run_facts` / `trainer_for` and
-    `mbrl.checkpoint.Checkpointer`, as `mbrl eval` does, and the run's dataset for the observation
+    Reads the run through `mbrl.train.load_run` (config, run.json, the latest checkpoint), as `mbrl eval`
+    does, builds the agent with `agents.registry.make`, and reads the run's dataset for the observation
     envelope (mean ± 10 std of its observations). The agents have no observation normalizer and act in
     the dataset's action units (tanh output in [-1, 1]), so the export clips to the dataset's (else the
-    task's) action bounds without rescaling.
+    task's) action bounds without rescaling. A recurrent agent (NEUBAY) exports with its carry.
     """
-    import jax
-
-    from mbrl import config as config_io
+    from agents.registry import make
     from mbrl import datasets
-    from mbrl.checkpoint import Checkpointer
-    from mbrl.train import read_run_facts, trainer_for
+    from mbrl.train import load_run
 
     run_dir = Path(run_dir).absolute()
     if not run_dir.is_dir():
         raise ExportError(f"{run_dir}: no such run directory; expected a directory written by `mbrl train`")
     if not (run_dir / "config.json").is_file():
         raise ExportError(f"{run_dir}: not a run directory (no config.json); expected a directory written by `mbrl train`")
-    config = config_io.load(run_dir / "config.json")
-    facts = read_run_facts(run_dir)
-    if facts is None:
-        raise ExportError(f"{run_dir / 'run.json'}: missing; the run did not start training")
-    seeds = config.seed_list
+    run = load_run(run_dir)
+    config, facts, seeds, record = run.config, run.facts, run.seeds, run.record
     if not 0 <= seed_index < len(seeds):
         raise ConfigError(f"--seed-index: the run trained {len(seeds)} seed(s) {seeds}, found index {seed_index}")
     obs_dim, act_dim = int(facts["obs_dim"]), int(facts["act_dim"])
-    trainer = trainer_for(config, obs_dim, act_dim)
-    checkpointer = Checkpointer(run_dir / "checkpoints")
-    try:
-        if checkpointer.latest_epoch() is None:
-            raise ExportError(f"{run_dir / 'checkpoints'}: no checkpoint; train the run for at least one checkpoint first")
-        state, record = checkpointer.restore(jax.eval_shape(trainer.initial_state, seeds))
-    finally:
-        checkpointer.close()
-    agent = trainer.agent
-    params = jax.tree.map(lambda x: np.asarray(x[seed_index]), agent.actor_params(state.agent))
-    key = jax.random.PRNGKey(0)  # unused by a deterministic policy
-
-    def apply_fn(p, obs):
-        return agent.act(p, obs[None], key, True)[0]
-
+    agent = make(config, obs_dim, act_dim)
+    params = run.actor_params(seed_index)
     task_name = facts.get("task")
     dataset = datasets.load(config.dataset, task=task_name)
     obs_low, obs_high = observation_envelope(np.concatenate([dataset.transitions.obs, dataset.transitions.next_obs]))
@@ -78,7 +83,7 @@ def load_policy_from_run(run_dir: str | Path, seed_index: int = 0) -> PolicySpec
             names = {"obs_names": env["obs_names"], "action_names": env["action_names"]}
         rate = env["control_rate_hz"]
     return PolicySpec(
-        apply_fn=apply_fn,
+        **policy_of(agent),
         params=params,
         obs_dim=obs_dim,
         act_dim=act_dim,

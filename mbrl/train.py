@@ -1,14 +1,25 @@
-"""The training loop: the one place that wires dataset, world model, rollouts, buffers and agent together.
+"""The one training program: every algorithm (`agents.registry`) runs in it.
 
-One epoch is a pure function of the training state (agent, model buffer, RNG key, epoch counter):
+One epoch is a pure function of the training state (agent state, imagined data, counters, hyperparameters,
+RNG key, epoch counter):
 
-    rollouts from dataset start states into the model buffer   (one compiled `lax.scan` over time)
-    K updates on mixed real:model batches                      (one compiled `lax.scan` over updates)
+    collect imagined data into the store    (`mbrl.imagination`: nothing for BC, short rollouts into a ring
+                                            buffer for MOPO/RAVL, long trajectories on a tape for NEUBAY)
+    spend the updates the collect earned    (the algorithm's `update_many`, one compiled `lax.scan`)
 
-and the host only sees the epoch's averaged metrics. Because the epoch is pure, `--seeds N` vmaps the
-whole state over a leading seed axis and runs N seeds in one compiled program; the world model is
-shared (an unbatched argument) or one per seed (batched). Every E epochs the host evaluates all seeds'
-policies in the real MuJoCo env in one batched call per step, and writes an orbax checkpoint.
+until the epoch's `updates_per_epoch` updates are done: once for a part whose collect earns the whole
+epoch, whenever the earned updates are spent for NEUBAY's update-to-data credit. The host only sees the
+epoch's averaged metrics.
+
+A run is a *population*: every leaf of the state leads with a member axis, and a member is a seed and a
+set of hyperparameters (the values that do not change array shapes: learning rates, gamma, tau, MOPO's
+lambda, EDAC's eta, the BC weight, the initial temperature, NEUBAY's uncertainty quantile; see
+`agents.registry`). `--seeds N` is a population of N seeds with the config's values;
+`train_population(config, hypers, seeds)` varies the values too. The epoch is vmapped over the members,
+or mapped one after another (`lax.map`) where the collect decision is per member (NEUBAY: a vmap would
+run both branches of it). The world model is shared (an unbatched argument) or one per member. Every E
+epochs the host evaluates all members' policies in the real MuJoCo env in one batched call per step, and
+writes an orbax checkpoint.
 """
 
 from __future__ import annotations
@@ -19,7 +30,7 @@ import json
 import signal
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -28,59 +39,54 @@ import jax.numpy as jnp
 import numpy as np
 from flax import struct
 
-from agents.bc import BC
-from agents.mopo import MOPO
-from agents.ravl import RAVL
-from mbrl.core import replay
+from agents import registry
+from mbrl import imagination
 from mbrl.config import TrainConfig
 from mbrl.core.errors import ConfigError
-from mbrl.core.replay import ReplayBuffer
-from mbrl.core.types import Transitions
-from world_models.rollout import MarkovPolicy, RolloutConfig, rollout
-
-
-# Rollouts of many start states step in slices of this many trajectories, so that one slice's ensemble
-# activations stay in the CPU's cache (the `rollout_h5` figure's setting).
-ROLLOUT_SLICE = 2000
-
-
-def make_agent(config: TrainConfig, obs_dim: int, act_dim: int):
-    """The agent named by `config.algo`, with its (init, update_many, act, model_reward) functions."""
-    real_rows = replay.real_count(config.sac.batch_size, config.imagination.real_ratio)  # BC imitates these
-    if config.algo == "ravl":
-        return RAVL(config.sac, obs_dim, act_dim, real_rows)
-    if config.algo == "mopo":
-        return MOPO(config.sac, config.mopo, obs_dim, act_dim, real_rows)
-    if config.algo == "bc":
-        return BC(config.bc, obs_dim, act_dim)
-    raise ConfigError(f"algo: unknown algorithm {config.algo!r}; expected one of ravl, mopo, bc")
+from mbrl.core.types import PolicyInput
 
 
 @struct.dataclass
 class TrainState:
-    """Everything that changes during training, for one seed (a leading seed axis when vmapped)."""
+    """Everything that changes during training, for one member (a leading member axis when batched)."""
 
     agent: Any
-    model_buffer: ReplayBuffer | None
+    store: Any  # the imagined data: a ReplayBuffer, a sequence Tape, or None (BC)
+    counters: Any  # the imagination part's own counters (NEUBAY: collects, the last collect's stats)
+    credit: jax.Array  # () int32: updates earned by collected data, not yet done
+    hypers: Any  # the member's hyperparameters as traced data (`agents.base.Hypers`)
     key: jax.Array
     epoch: jax.Array  # () int32, epochs done
 
 
-def real_buffer(transitions: Transitions) -> ReplayBuffer:
-    """The dataset as a full device buffer (shared by all seeds, never written)."""
-    return replay.from_transitions(transitions)
+# Fields whose zero leaves a term out of the program (EDAC's diversity, the BC anchor): only "zero or not"
+# is static, the value itself is data.
+_ZERO_IS_STATIC = {("sac", "eta"), ("sac", "actor_bc_coef"), ("neubay", "actor_bc_coef")}
 
 
 def compile_key(config: TrainConfig) -> TrainConfig:
-    """The part of a config that the compiled programs depend on (seeds, dataset, epochs, logging do not)."""
-    return TrainConfig(
-        algo=config.algo,
-        sac=config.sac,
-        mopo=config.mopo,
-        bc=config.bc,
-        imagination=config.imagination,
-        schedule=type(config.schedule)(updates_per_epoch=config.schedule.updates_per_epoch),
-    )
+    """The part of a config that the compiled programs depend on: the algorithm's sections with their
+    traced hyperparameters set to canonical values, and the updates per epoch (seeds, dataset, epochs,
+    evaluation and logging do not matter; NEUBAY's cosine schedule also reads the run's total updates)."""
+    entry = registry.entry(config.algo)
+    sections = {}
+    for name in entry.sections:
+        if name in ("ensemble", "fit"):
+            continue
+        section = getattr(config, name)
+        defaults = type(section)()
+        canonical = {}
+        for field in entry.hyper_fields.get(name, ()):
+            value = getattr(section, field)
+            if (name, field) in _ZERO_IS_STATIC:
+                canonical[field] = 0.0 if value == 0 else (getattr(defaults, field) or 1.0)
+            else:
+                canonical[field] = getattr(defaults, field)
+        sections[name] = dataclasses.replace(section, **canonical)
+    schedule = type(config.schedule)(updates_per_epoch=config.schedule.updates_per_epoch)
+    if config.algo == "neubay" and config.neubay.lr_decay_steps is None:
+        schedule = dataclasses.replace(schedule, epochs=config.schedule.epochs)
+    return TrainConfig(algo=config.algo, preset=config.preset, schedule=schedule, **sections)
 
 
 @functools.lru_cache(maxsize=8)
@@ -89,145 +95,160 @@ def _cached_trainer(key: TrainConfig, obs_dim: int, act_dim: int) -> Trainer:
 
 
 def trainer_for(config: TrainConfig, obs_dim: int, act_dim: int) -> Trainer:
-    """A Trainer shared by all runs whose compiled programs are the same (runs in one process compile once)."""
-    if config.algo == "neubay":  # its own epoch: sequence tape, recurrent rollouts (mbrl/train_neubay.py)
-        from mbrl.train_neubay import neubay_trainer_for
-
-        return neubay_trainer_for(config, obs_dim, act_dim)
+    """The Trainer shared by all runs whose compiled programs are the same (one compile cache per process)."""
     return _cached_trainer(compile_key(config), obs_dim, act_dim)
 
 
-class Trainer:
-    """The pure pieces of training for one config: `init_state`, `epoch`, and their compiled, seed-vmapped forms.
+def hypers_of(config: TrainConfig):
+    """The config's traced hyperparameters (float32 scalars)."""
+    return registry.entry(config.algo).hypers_of(config)
 
-    Only `compile_key(config)` matters here; use `trainer_for` to share compiles between runs.
-    """
+
+def stack_hypers(members: Sequence) -> Any:
+    return jax.tree.map(lambda *xs: jnp.stack(xs), *members)
+
+
+class Trainer:
+    """The pure pieces of training for one compile key: `init_state`, `epoch`, and their compiled,
+    population-batched forms. Use `trainer_for` to share compiles between runs."""
 
     def __init__(self, config: TrainConfig, obs_dim: int, act_dim: int):
         self.config = config
-        self.agent = make_agent(config, obs_dim, act_dim)
+        self.entry = registry.entry(config.algo)
+        self.agent = self.entry.make(config, obs_dim, act_dim)
+        self.part = imagination.make(self.agent, config)
         self.obs_dim, self.act_dim = obs_dim, act_dim
-        imagination = config.imagination
-        self.uses_model = self.agent.uses_model
-        self.model_capacity = imagination.rollouts_per_epoch * imagination.horizon * imagination.retain_epochs
-        starts = imagination.rollouts_per_epoch
-        chunk = ROLLOUT_SLICE if starts > ROLLOUT_SLICE and starts % ROLLOUT_SLICE == 0 else None
-        self.rollout_config = RolloutConfig(
-            uncertainty=getattr(self.agent, "uncertainty", None) or "aleatoric_max", batch_chunk=chunk
-        )
-        batch = self.agent.batch_size
-        self.num_real = replay.real_count(batch, imagination.real_ratio) if self.uses_model else batch
-        # Compiled once per run: S seeds share the program; the state is donated (updated in place).
-        model_axis = 0 if imagination.per_seed_model else None
+        self.uses_model = self.part.uses_model
+        self.budget = config.schedule.updates_per_epoch
+        fixed = self.part.fixed_credit
+        if fixed is not None and fixed != self.budget:
+            raise ConfigError(f"imagination: a collect earns {fixed} updates, the epoch has {self.budget}")
+        # A collect that earns the whole epoch has no data-dependent branch: the population is vmapped.
+        self.vmapped = fixed is not None
+        self.per_member_model = config.imagination.per_seed_model if self.uses_model else False
         self.init_states = jax.jit(jax.vmap(self.init_state))
-        self.run_epoch = jax.jit(jax.vmap(self.epoch, in_axes=(0, None, model_axis)), donate_argnums=0)
-        self.policy = jax.jit(self._batched_policy, static_argnames="episodes")
+        self._run = jax.jit(self._population_epoch, donate_argnums=0)
+        self.policy = jax.jit(self._population_policy)
 
-    # ------------------------------------------------------------------ pure functions (one seed)
+    # ------------------------------------------------------------------ pure functions (one member)
 
-    def real_data(self, dataset) -> ReplayBuffer:
-        """The dataset in the form `epoch` takes it."""
-        return real_buffer(dataset.transitions)
+    def real_data(self, dataset):
+        """The dataset in the form `epoch` takes it (a full ring buffer, or a tape of its episodes)."""
+        return self.part.real_data(dataset)
 
-    def init_state(self, key: jax.Array) -> TrainState:
+    def init_state(self, key: jax.Array, hypers) -> TrainState:
         agent_key, key = jax.random.split(key)
-        buffer = replay.empty(self.model_capacity, self.obs_dim, self.act_dim) if self.uses_model else None
-        return TrainState(self.agent.init(agent_key), buffer, key, jnp.zeros((), jnp.int32))
+        zero = jnp.zeros((), jnp.int32)
+        return TrainState(self.agent.init(agent_key, hypers), self.part.empty(), self.part.initial_counters(), zero,
+                          hypers, key, zero)
 
-    def _rollout_act(self, actor_params, obs, key):
-        return self.agent.act(actor_params, obs, key, False)
+    def epoch(self, state: TrainState, real, world_model, aux) -> tuple[TrainState, dict]:
+        """`updates_per_epoch` updates; collects whenever the earned ones are spent. Metrics are means over
+        the epoch's updates, plus the collects' summaries."""
+        if self.part.fixed_credit is not None:  # one collect earns the epoch: it, then one scan of K updates
+            key, collect_key, sample_key, update_key = jax.random.split(state.key, 4)
+            store, counters, metrics, _ = self.part.collect(state.agent, state.store, state.counters, real, world_model,
+                                                            aux, state.hypers, collect_key)
+            batches = self.part.sample(real, store, sample_key, self.budget)
+            agent, update_metrics = self.agent.update_many(state.agent, batches, update_key, state.hypers)
+            state = state.replace(agent=agent, store=store, counters=counters, key=key, epoch=state.epoch + 1)
+            return state, {**metrics, **update_metrics}
+        return self._credit_epoch(state, real, world_model, aux)
 
-    def imagine(self, state: TrainState, real: ReplayBuffer, world_model, key) -> tuple[ReplayBuffer, dict]:
-        """One epoch of model rollouts from dataset start states, written into the model buffer."""
-        imagination = self.config.imagination
-        start_key, rollout_key = jax.random.split(key)
-        starts = jax.random.randint(start_key, (imagination.rollouts_per_epoch,), 0, real.size)
-        imagined = rollout(
-            rollout_key,
-            world_model,
-            MarkovPolicy(self._rollout_act),
-            self.agent.actor_params(state.agent),
-            real.data.obs[starts],
-            imagination.horizon,
-            self.rollout_config,
-        )
-        rows, valid = imagined.flat()
-        raw, u = imagined.raw_reward.reshape(-1), imagined.uncertainty.reshape(-1)
-        rows = rows.replace(reward=self.agent.model_reward(raw, u))
-        buffer = replay.insert(state.model_buffer, rows, valid)
-        count = jnp.maximum(jnp.sum(valid), 1)
-        metrics = {
-            "rollout_length": imagined.stats.mean_length,
-            "rollout_terminated": jnp.mean(imagined.stats.terminated.astype(jnp.float32)),
-            "model_reward": jnp.sum(jnp.where(valid, raw, 0.0)) / count,
-            "model_uncertainty": jnp.sum(jnp.where(valid, u, 0.0)) / count,
-            "model_buffer_size": buffer.size.astype(jnp.float32),
-        }
-        return buffer, metrics
+    def _credit_epoch(self, state: TrainState, real, world_model, aux):
+        budget = self.budget
 
-    def sample_batches(self, real: ReplayBuffer, model: ReplayBuffer | None, key) -> Transitions:
-        """All K batches of the epoch at once, (K, batch, ...): `num_real` real rows then model rows.
+        def update_block(agent, store, key, hypers):
+            sample_key, update_key = jax.random.split(key)
+            return self.agent.update_many(agent, self.part.sample(real, store, sample_key, 1), update_key, hypers)
 
-        The buffers do not change during the K updates, so gathering up front is the same draw as
-        gathering inside the scan, and faster on CPU (one large gather instead of K small ones).
-        """
-        k, batch = self.config.schedule.updates_per_epoch, self.agent.batch_size
-        real_key, model_key = jax.random.split(key)
-        parts = []
-        if self.num_real:
-            parts.append(replay.sample(real, real_key, k * self.num_real))
-        if batch - self.num_real:
-            parts.append(replay.sample(model, model_key, k * (batch - self.num_real)))
-        parts = [jax.tree.map(lambda x: x.reshape(k, -1, *x.shape[1:]), p) for p in parts]
-        return jax.tree.map(lambda *xs: jnp.concatenate(xs, axis=1), *parts)
+        shapes = jax.eval_shape(update_block, state.agent, state.store, state.key, state.hypers)[1]
+        sums = jax.tree.map(lambda s: jnp.zeros(s.shape, jnp.float32), shapes)
 
-    def epoch(self, state: TrainState, real: ReplayBuffer, world_model) -> tuple[TrainState, dict]:
-        """Rollouts (model-based agents), then K updates; metrics are means over the K updates."""
-        key, imagine_key, sample_key, update_key = jax.random.split(state.key, 4)
-        metrics = {}
-        buffer = state.model_buffer
-        if self.uses_model:
-            buffer, metrics = self.imagine(state, real, world_model, imagine_key)
-        batches = self.sample_batches(real, buffer, sample_key)
-        agent, update_metrics = self.agent.update_many(state.agent, batches, update_key)
-        metrics.update(update_metrics)
-        return TrainState(agent, buffer, key, state.epoch + 1), metrics
+        def do_collect(args):
+            state, key, (collects, length_sum) = args
+            store, counters, metrics, earned = self.part.collect(state.agent, state.store, state.counters, real,
+                                                                 world_model, aux, state.hypers, key)
+            state = state.replace(store=store, counters=counters, credit=state.credit + earned)
+            return state, (collects + 1, length_sum + metrics["imagined_length_mean_collect"])
 
-    def _batched_policy(self, actor_params, obs, episodes: int):
-        """Deterministic actions of S seeds' policies on (S * episodes, obs_dim) observations."""
-        obs = obs.reshape(-1, episodes, obs.shape[-1])
+        def one_update(_, carry):
+            agent, store, key, sums = carry
+            key, block_key = jax.random.split(key)
+            agent, metrics = update_block(agent, store, block_key, state.hypers)
+            return agent, store, key, jax.tree.map(lambda s, m: s + m.astype(jnp.float32), sums, metrics)
+
+        def body(c):
+            state, done, sums, collected = c
+            key, collect_key, update_key = jax.random.split(state.key, 3)
+            state, collected = jax.lax.cond(state.credit <= 0, do_collect, lambda a: (a[0], a[2]),
+                                            (state.replace(key=key), collect_key, collected))
+            count = jnp.minimum(state.credit, budget - done)
+            agent, _, _, sums = jax.lax.fori_loop(0, count, one_update, (state.agent, state.store, update_key, sums))
+            return state.replace(agent=agent, credit=state.credit - count), done + count, sums, collected
+
+        zero = jnp.zeros((), jnp.int32)
+        state, _, sums, (collects, length_sum) = jax.lax.while_loop(
+            lambda c: c[1] < budget, body, (state, zero, sums, (zero, jnp.zeros((), jnp.float32))))
+        metrics = {name: value / budget for name, value in sums.items()}
+        metrics.update(self.part.epoch_metrics(state.counters, collects, length_sum, state.store,
+                                               self.part.threshold(aux, state.hypers)))
+        return state.replace(epoch=state.epoch + 1), metrics
+
+    def _population_epoch(self, states, real, world_model, aux):
+        member = self.per_member_model
+        if self.vmapped:
+            axis = 0 if member else None
+            return jax.vmap(self.epoch, in_axes=(0, None, axis, axis))(states, real, world_model, aux)
+        if member:
+            return jax.lax.map(lambda a: self.epoch(a[0], real, a[1], a[2]), (states, world_model, aux))
+        return jax.lax.map(lambda s: self.epoch(s, real, world_model, aux), states)
+
+    def _population_policy(self, actor_params, carry, inputs: PolicyInput):
+        """Deterministic actions of P members' policies for (P, E, ...) inputs and carries."""
         key = jax.random.PRNGKey(0)  # unused by deterministic policies
-        actions = jax.vmap(lambda p, o: self.agent.act(p, o, key, True))(actor_params, obs)
-        return actions.reshape(-1, actions.shape[-1])
+        return jax.vmap(lambda p, c, i: self.agent.act(p, c, i, key, True))(actor_params, carry, inputs)
 
     # ------------------------------------------------------------------ host side
 
-    def initial_state(self, seeds: list[int]) -> TrainState:
+    def run_epoch(self, state: TrainState, real, world_model):
+        return self._run(state, real, world_model, self.part.prepare(world_model, real))
+
+    def initial_state(self, seeds: Sequence[int], hypers) -> TrainState:
+        """The population's first state: member i has seed `seeds[i]` and `hypers` row i (leading axis)."""
         keys = jnp.stack([jax.random.PRNGKey(s) for s in seeds])
-        return self.init_states(keys)
+        return self.init_states(keys, hypers)
 
-    def evaluate(self, state: TrainState, task, seeds: list[int], ref_scores: tuple[float, float] | None,
+    def evaluate(self, state: TrainState, task, seeds: Sequence[int], ref_scores: tuple[float, float] | None,
                  episodes: int = 10, eval_seed: int = 0) -> dict:
-        """Deterministic policies of all seeds in the real env, batched; per-seed lists of results.
+        """Deterministic policies of all members in the real env, batched; per-member lists of results.
 
-        Episode i of training seed s resets with `eval_seed + s * episodes + i`, so a seed's score does not
-        depend on which other seeds ran with it.
+        Episode i of the member with training seed s resets with `eval_seed + s * episodes + i`, so a
+        member's score does not depend on which others ran with it. Recurrent policies carry their memory
+        along each episode.
         """
-        from mbrl.evaluate import evaluate, normalized_score
+        from mbrl.core.score import normalized_score
+        from mbrl.evaluate import evaluate
 
+        members = len(seeds)
         params = self.agent.actor_params(state.agent)
-        result = evaluate(
-            lambda obs: np.asarray(self.policy(params, jnp.asarray(obs, jnp.float32), episodes=episodes)),
-            task,
-            episodes=episodes * len(seeds),
-            seed=eval_seed + seeds[0] * episodes,
-        )
-        returns = result.returns.reshape(len(seeds), episodes)
+        carry = jax.tree.map(lambda x: x.reshape(members, episodes, *x.shape[1:]),
+                             self.agent.initial_carry(members * episodes))
+
+        def policy(inputs: PolicyInput):
+            nonlocal carry
+            shaped = jax.tree.map(lambda x: jnp.asarray(x).reshape(members, episodes, *np.shape(x)[1:]), inputs)
+            actions, carry = self.policy(params, carry, shaped)
+            return np.asarray(actions).reshape(members * episodes, -1)
+
+        reset_seeds = [eval_seed + s * episodes + i for s in seeds for i in range(episodes)]
+        result = evaluate(policy, task, episodes=members * episodes, seed=reset_seeds)
+        returns = result.returns.reshape(members, episodes)
         out = {"return_mean": returns.mean(axis=1).tolist(), "return_std": returns.std(axis=1).tolist()}
         out["normalized_score"] = (
             None if ref_scores is None else [float(normalized_score(r, *ref_scores)) for r in returns.mean(axis=1)]
         )
-        out["length_mean"] = result.lengths.reshape(len(seeds), episodes).mean(axis=1).tolist()
+        out["length_mean"] = result.lengths.reshape(members, episodes).mean(axis=1).tolist()
         return out
 
 
@@ -308,7 +329,7 @@ def train_epochs(
     return state, epoch
 
 
-def time_epochs(trainer: Trainer, state: TrainState, real: ReplayBuffer, world_model, epochs: int) -> tuple[TrainState, float]:
+def time_epochs(trainer: Trainer, state: TrainState, real, world_model, epochs: int) -> tuple[TrainState, float]:
     """Run `epochs` compiled epochs (after one warm-up epoch) and return the seconds they took (benchmarks)."""
     state, metrics = trainer.run_epoch(state, real, world_model)
     jax.block_until_ready(metrics)
@@ -337,12 +358,9 @@ class RunResult:
 
 
 def _reference_scores(dataset, task) -> tuple[float, float] | None:
-    info = dataset.info
-    if info.ref_min_score is not None and info.ref_max_score is not None:
-        return float(info.ref_min_score), float(info.ref_max_score)
-    if task is not None:
-        return task.d4rl_ref_min_score, task.d4rl_ref_max_score
-    return None
+    from mbrl.core.score import reference_scores
+
+    return reference_scores(dataset.info.ref_min_score, dataset.info.ref_max_score, task)
 
 
 def _model_paths(config: TrainConfig, run_dir: Path, world_model_dir: Path | None) -> list[Path]:
@@ -355,9 +373,17 @@ def _model_paths(config: TrainConfig, run_dir: Path, world_model_dir: Path | Non
     return [run_dir / "world_model"]
 
 
+def fit_model(config: TrainConfig, dataset, task, seed_offset: int = 0, progress: bool = False):
+    """A world model fitted with `config`'s ensemble and fit sections (fit seed + `seed_offset`)."""
+    from world_models.fit import fit_world_model
+
+    fit_config = dataclasses.replace(config.fit, seed=config.fit.seed + seed_offset)
+    return fit_world_model(dataset, config=config.ensemble, fit_config=fit_config,
+                           termination_fn=task.termination_fn if task is not None else None, progress=progress).model
+
+
 def _world_models(config: TrainConfig, dataset, task, paths: list[Path], progress: bool):
     """Load each model that exists, fit (and save) the others; one pytree, seed-stacked when per seed."""
-    from world_models.fit import fit_world_model
     from world_models.model import ModelInfo, WorldModel
 
     termination_fn = task.termination_fn if task is not None else None
@@ -366,12 +392,10 @@ def _world_models(config: TrainConfig, dataset, task, paths: list[Path], progres
         if (path / "model.json").is_file():
             models.append(WorldModel.load(path, termination_fn))
             continue
-        fit_seed = config.fit.seed + (config.seed_list[index] if config.imagination.per_seed_model else 0)
-        fit_config = dataclasses.replace(config.fit, seed=fit_seed)
-        result = fit_world_model(dataset, config=config.ensemble, fit_config=fit_config,
-                                 termination_fn=termination_fn, progress=progress)
-        result.model.save(path)
-        models.append(result.model)
+        seed_offset = config.seed_list[index] if config.imagination.per_seed_model else 0
+        model = fit_model(config, dataset, task, seed_offset, progress)
+        model.save(path)
+        models.append(model)
     for model in models:
         if model.obs_dim != dataset.info.obs_dim or model.act_dim != dataset.info.act_dim:
             raise ConfigError(
@@ -428,15 +452,15 @@ def run(
     from mbrl import config as config_io
     from mbrl import datasets
     from mbrl.checkpoint import Checkpointer
+    from mbrl.core.score import normalized_score
     from mbrl.logging import METRICS_FILE, Progress, RunLogger, mean_stderr, plot_learning_curve, read_metrics, truncate_metrics
 
     start_time = time.perf_counter()
     run_dir = Path(run_dir).absolute()
+    loaded = None
     if resume:
-        if not (run_dir / "config.json").is_file():
-            raise ConfigError(f"{run_dir}: not a run directory (no config.json) to resume")
-        config = config_io.load(run_dir / "config.json")
-        facts = read_run_facts(run_dir)
+        loaded = load_run(run_dir, require_checkpoint=False)
+        config, facts = loaded.config, loaded.facts
         model_paths = [run_dir / p for p in facts["world_models"]] if facts else _model_paths(config, run_dir, world_model_dir)
     else:
         if (run_dir / "config.json").exists():
@@ -451,7 +475,7 @@ def run(
     ref_scores = _reference_scores(dataset, task)
     dataset_score = None
     if ref_scores is not None and dataset.num_episodes:
-        dataset_score = float(100.0 * (dataset.episode_returns().mean() - ref_scores[0]) / (ref_scores[1] - ref_scores[0]))
+        dataset_score = float(normalized_score(dataset.episode_returns().mean(), *ref_scores))
     _write_json(run_dir / RUN_FILE, {
         "world_models": [_relative(p, run_dir) for p in model_paths] if config.uses_model else [],
         "task": task.name if task is not None else None,
@@ -468,13 +492,11 @@ def run(
 
     checkpointer = Checkpointer(run_dir / "checkpoints")
     start_epoch = 0
-    if resume and checkpointer.latest_epoch() is not None:
-        like = jax.eval_shape(trainer.initial_state, seeds)
-        state, record = checkpointer.restore(like)
-        start_epoch = int(record["epoch"])
+    if loaded is not None and loaded.state is not None:
+        state, start_epoch = loaded.state, int(loaded.record["epoch"])
         truncate_metrics(run_dir / METRICS_FILE, start_epoch)
     else:
-        state = trainer.initial_state(seeds)
+        state = trainer.initial_state(seeds, stack_hypers([hypers_of(config)] * len(seeds)))
         truncate_metrics(run_dir / METRICS_FILE, 0)
 
     def checkpoint(state, epoch):
@@ -533,3 +555,142 @@ def run(
         interrupted=interrupted,
         seconds=time.perf_counter() - start_time,
     )
+
+
+@dataclasses.dataclass
+class LoadedRun:
+    """A run directory as `mbrl eval`, `mbrl export` and `--resume` read it."""
+
+    run_dir: Path
+    config: TrainConfig
+    facts: dict | None  # run.json (None: the run never started training)
+    trainer: Trainer | None  # None without run.json (the dimensions are unknown)
+    seeds: list[int]
+    state: TrainState | None  # the latest checkpoint's population state (None: no checkpoint yet)
+    record: dict | None  # the latest checkpoint's record (epoch, updates, seeds)
+
+    def actor_params(self, member: int = 0):
+        """Member `member`'s policy parameters (host arrays)."""
+        if not 0 <= member < len(self.seeds):
+            raise ConfigError(f"--seed-index: the run trained {len(self.seeds)} seed(s) {self.seeds}, found index {member}")
+        return jax.tree.map(lambda x: np.asarray(x[member]), self.trainer.agent.actor_params(self.state.agent))
+
+
+def load_run(run_dir: str | Path, *, require_checkpoint: bool = True) -> LoadedRun:
+    """The config, facts, trainer and latest checkpoint of a run directory written by `mbrl train`."""
+    from mbrl import config as config_io
+    from mbrl.checkpoint import Checkpointer
+
+    run_dir = Path(run_dir).absolute()
+    if not (run_dir / "config.json").is_file():
+        raise ConfigError(f"{run_dir}: not a run directory (no config.json); expected a directory written by `mbrl train`")
+    config = config_io.load(run_dir / "config.json")
+    facts = read_run_facts(run_dir)
+    seeds = config.seed_list
+    if facts is None:
+        if require_checkpoint:
+            raise ConfigError(f"{run_dir / RUN_FILE}: missing; the run did not start training")
+        return LoadedRun(run_dir, config, None, None, seeds, None, None)
+    trainer = trainer_for(config, int(facts["obs_dim"]), int(facts["act_dim"]))
+    checkpointer = Checkpointer(run_dir / "checkpoints")
+    try:
+        if checkpointer.latest_epoch() is None:
+            if require_checkpoint:
+                raise ConfigError(f"{run_dir / 'checkpoints'}: no checkpoint; train the run for at least one checkpoint first")
+            return LoadedRun(run_dir, config, facts, trainer, seeds, None, None)
+        like = jax.eval_shape(trainer.initial_state, seeds, stack_hypers([hypers_of(config)] * len(seeds)))
+        state, record = checkpointer.restore(like)
+    finally:
+        checkpointer.close()
+    return LoadedRun(run_dir, config, facts, trainer, seeds, state, record)
+
+
+# ---------------------------------------------------------------------------------------------------
+# A population of configurations in one program (the Python API behind sweeps)
+
+
+@dataclasses.dataclass
+class PopulationResult:
+    configs: list[TrainConfig]  # member i's config (the base with its overrides)
+    seeds: list[int]
+    records: list[dict]  # per epoch: {"epoch", "updates", "train": {name: [per member]}, "eval": per-member lists}
+    state: TrainState  # the final population state
+
+
+def member_config(config: TrainConfig, overrides: dict) -> TrainConfig:
+    """`config` with the nested `overrides` of traced hyperparameters, e.g. {"mopo": {"penalty_coef": 2.0}};
+    a field that changes the compiled program (shapes, which terms exist) is refused."""
+    entry = registry.entry(config.algo)
+    changes = {}
+    for section, fields in overrides.items():
+        allowed = entry.hyper_fields.get(section)
+        if allowed is None or not isinstance(fields, dict):
+            raise ConfigError(f"population: {section!r} holds no hyperparameters of {config.algo}; expected one of "
+                              f"{', '.join(entry.hyper_fields)}")
+        for name in fields:
+            if name not in allowed:
+                raise ConfigError(f"population: {section}.{name} is not a hyperparameter that {config.algo} carries as "
+                                  f"data; expected one of {', '.join(allowed)}")
+        changes[section] = dataclasses.replace(getattr(config, section), **{k: float(v) for k, v in fields.items()})
+    member = dataclasses.replace(config, **changes)
+    if compile_key(member) != compile_key(config):
+        raise ConfigError(f"population: {overrides} turns a term of the program on or off (a weight of 0 leaves its "
+                          "term out); members with a different program need a population of their own")
+    return member
+
+
+def train_population(
+    config: TrainConfig,
+    hypers: Sequence[dict],
+    seeds: Sequence[int],
+    *,
+    dataset=None,
+    world_model=None,
+    evaluate: bool = True,
+    on_epoch: Callable[[EpochReport], None] | None = None,
+) -> PopulationResult:
+    """Train len(seeds) members in one compiled program: member i has seed `seeds[i]` and `config` with the
+    overrides `hypers[i]` (nested dicts of the traced hyperparameters, `member_config`).
+
+    `dataset`: an `OfflineDataset` (else `mbrl.datasets.load(config.dataset)`); `world_model`: a fitted
+    `world_models.model.WorldModel`, a directory holding one, or None to fit one with `config`'s ensemble
+    and fit settings (shared by all members). Nothing is written to disk.
+    """
+    from envs.tasks import TASKS
+    from mbrl import datasets
+
+    if len(hypers) != len(seeds) or not seeds:
+        raise ConfigError(f"population: expected one set of hyperparameters per seed, found {len(hypers)} and {len(seeds)}")
+    configs = [member_config(config, h) for h in hypers]
+    dataset = dataset if dataset is not None else datasets.load(config.dataset)
+    task = TASKS.get(dataset.info.task) if dataset.info.task else None
+    trainer = trainer_for(config, dataset.info.obs_dim, dataset.info.act_dim)
+    real = trainer.real_data(dataset)
+    model = None
+    if trainer.uses_model:
+        if trainer.per_member_model:
+            raise ConfigError("population: imagination.per_seed_model needs one model per member; pass one shared model")
+        from world_models.model import ModelInfo, WorldModel
+
+        if world_model is None:
+            world_model = fit_model(config, dataset, task)
+        elif isinstance(world_model, (str, Path)):
+            world_model = WorldModel.load(Path(world_model), task.termination_fn if task is not None else None)
+        model = world_model.replace(info=ModelInfo())
+    state = trainer.initial_state(list(seeds), stack_hypers([hypers_of(c) for c in configs]))
+    ref_scores = _reference_scores(dataset, task)
+    records = []
+    evaluate_fn = None
+    if evaluate and task is not None:
+        evaluate_fn = functools.partial(trainer.evaluate, task=task, seeds=list(seeds), ref_scores=ref_scores,
+                                        episodes=config.schedule.eval_episodes, eval_seed=config.schedule.eval_seed)
+
+    def report(r: EpochReport):
+        records.append({"epoch": r.epoch, "updates": r.updates, "train": r.train, "eval": r.eval})
+        if on_epoch is not None:
+            on_epoch(r)
+
+    with StopSignal() as stop:
+        state, _ = train_epochs(trainer, config.schedule, state, real, model, start_epoch=0, evaluate=evaluate_fn,
+                                checkpoint=lambda s, e: None, on_epoch=report, stop=stop)
+    return PopulationResult(configs, list(seeds), records, state)

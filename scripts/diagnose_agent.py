@@ -21,6 +21,7 @@ is not checkpointed.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import sys
 import time
@@ -32,13 +33,13 @@ import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 
-from envs import collect  # noqa: E402
+from envs import collect, lockstep  # noqa: E402
 from envs.tasks import TASKS  # noqa: E402
 from mbrl import config as config_io  # noqa: E402
 from mbrl import datasets  # noqa: E402
 from mbrl.core.errors import ConfigError  # noqa: E402
 from mbrl.evaluate import normalized_score  # noqa: E402
-from mbrl.train import _world_models, trainer_for  # noqa: E402
+from mbrl.train import _world_models, hypers_of, stack_hypers, trainer_for  # noqa: E402
 from world_models.rollout import MarkovPolicy, RolloutConfig, rollout  # noqa: E402
 
 
@@ -62,7 +63,8 @@ def real_episodes(task: str, act, episodes: int, seed: int) -> list[dict]:
     observations and return of each."""
     envs = [collect.make_env(task) for _ in range(episodes)]
     try:
-        slots = collect.run_lockstep(envs, lambda obs, step: act(obs), seed, episodes_per_env=[1] * episodes)
+        slots = lockstep.run(envs, lockstep.markov(act), functools.partial(collect.episode_seed, seed), episodes=1,
+                             record=True)
     finally:
         for env in envs:
             env.close()
@@ -108,7 +110,7 @@ def main(argv=None) -> None:
     if not (args.world_model / "model.json").is_file():
         raise ConfigError(f"{args.world_model}: no fitted model there (mbrl model fit --out {args.world_model})")
     world_model = _world_models(config, dataset, task, [args.world_model.absolute()], progress=False)
-    uncertainty = trainer.rollout_config.uncertainty
+    uncertainty = trainer.part.rollout_config.uncertainty
     ref_min, ref_max = dataset.info.ref_min_score, dataset.info.ref_max_score
 
     obs = np.asarray(dataset.transitions.obs)
@@ -119,10 +121,10 @@ def main(argv=None) -> None:
     print(json.dumps({"probe": "data", "uncertainty": uncertainty, "mean": float(u_data.mean()),
                       "p99": float(np.quantile(u_data, 0.99)), "max": float(u_data.max())}), flush=True)
 
-    state = trainer.initial_state([args.seed])
+    state = trainer.initial_state([args.seed], stack_hypers([hypers_of(config)]))
     single = lambda s: jax.tree.map(lambda x: x[0], trainer.agent.actor_params(s.agent))  # noqa: E731
-    act = jax.jit(lambda p, o: trainer.agent.act(p, o, jax.random.PRNGKey(0), True))
-    policy = MarkovPolicy(lambda p, o, k: trainer.agent.act(p, o, k, True))
+    act = jax.jit(lambda p, o: trainer.agent.core.act(p, o, jax.random.PRNGKey(0), True))
+    policy = MarkovPolicy(lambda p, o, k: trainer.agent.core.act(p, o, k, True))
     reset_env = collect.make_env(task.name)
     resets = np.stack([reset_env.reset(seed=20_000 + i)[0] for i in range(args.model_starts)])
     reset_env.close()

@@ -34,7 +34,7 @@ MAKE_PID=$!
 timeout 170 $PY scripts/bench.py $BENCH > $R/bench.jsonl 2> $R/bench.err; echo "bench rc=$?" >> $R/bench.err
 wait $MAKE_PID; tail -1 $R/make.log | tee -a $R/progress.txt
 echo "t=$(el) fit" | tee -a $R/progress.txt
-timeout 120 $PY -m mbrl.cli model fit --dataset hopper-medium --out /tmp/dev_wm --max-seconds $FIT > $R/fit.log 2>&1; echo "fit rc=$?" >> $R/progress.txt
+timeout 120 $PY -m mbrl.cli model fit --dataset hopper-medium --out /tmp/dev_wm --fit.max-seconds $FIT > $R/fit.log 2>&1; echo "fit rc=$?" >> $R/progress.txt
 echo "t=$(el) train" | tee -a $R/progress.txt
 LEFT=$(( END - $(el) ))
 COMMON="--dataset hopper-medium --seeds 3 --schedule.eval-episodes 10 --schedule.checkpoint-every 100000"

@@ -25,17 +25,17 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+import gymnasium  # noqa: E402
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 
-from agents.networks import TanhGaussianActor, sample_tanh_gaussian  # noqa: E402
-from envs import collect  # noqa: E402
+from agents.networks import sample_tanh_gaussian  # noqa: E402
+from envs import behaviour, collect, lockstep  # noqa: E402
 from envs.tasks import get_task  # noqa: E402
 from mbrl import datasets  # noqa: E402
 from mbrl.core import sequence_replay  # noqa: E402
-from mbrl.commands.data_make import load_actor  # noqa: E402
-from mbrl.train_neubay import posterior_members, start_steps  # noqa: E402
+from mbrl.imagination import posterior_members, start_steps  # noqa: E402
 from world_models.model import load as load_model  # noqa: E402
 from world_models.rollout import MarkovPolicy, RolloutConfig, rollout, uncertainty_threshold  # noqa: E402
 
@@ -54,35 +54,35 @@ def summary(name: str, lengths, terminated, cut, remaining) -> dict:
     }
 
 
-def real_lengths(task: str, act, start_obs: np.ndarray, remaining: np.ndarray, seed: int):
-    """Run the policy in lockstep real envs, each set to its start observation."""
-    envs = [collect.make_env(task) for _ in range(len(start_obs))]
-    obs = np.zeros_like(start_obs)
-    for i, env in enumerate(envs):
-        env.reset(seed=seed + i)
-        base = env.unwrapped
+class StartAt(gymnasium.Wrapper):
+    """An env whose resets set it to `start_obs` (hopper and walker2d observations hold the whole state but
+    the x position, which is set to 0)."""
+
+    def __init__(self, env, start_obs: np.ndarray):
+        super().__init__(env)
+        self.start_obs = start_obs
+
+    def reset(self, **kwargs):
+        self.env.reset(**kwargs)
+        base = self.env.unwrapped
         nq = base.model.nq
-        qpos = np.concatenate([[0.0], start_obs[i, : nq - 1]])
-        qvel = start_obs[i, nq - 1 : nq - 1 + base.model.nv]
+        qpos = np.concatenate([[0.0], self.start_obs[: nq - 1]])
+        qvel = self.start_obs[nq - 1 : nq - 1 + base.model.nv]
         base.set_state(qpos, qvel)
-        obs[i] = base._get_obs()
-    alive = remaining > 0
-    lengths = np.zeros(len(envs), int)
-    fell = np.zeros(len(envs), bool)
-    for t in range(int(remaining.max())):
-        if not alive.any():
-            break
-        actions = act(obs, t)
-        for i in np.flatnonzero(alive):
-            obs[i], _, terminated, _, _ = envs[i].step(actions[i])
-            lengths[i] += 1
-            if terminated:
-                fell[i] = True
-                alive[i] = False
-            elif lengths[i] >= remaining[i]:
-                alive[i] = False
-    for env in envs:
-        env.close()
+        return base._get_obs(), {}
+
+
+def real_lengths(task: str, policy, start_obs: np.ndarray, remaining: np.ndarray, seed: int):
+    """Run the lockstep `policy` in real envs, each set to its start observation, for one episode of at most
+    its remaining horizon: the length of each and whether it fell (terminated)."""
+    envs = [StartAt(collect.make_env(task), obs) for obs in start_obs]
+    try:
+        slots = lockstep.run(envs, policy, lambda slot, episode: seed + slot, episodes=1, steps=remaining.tolist())
+    finally:
+        for env in envs:
+            env.close()
+    lengths = np.array([len(slot[0]) if slot else 0 for slot in slots], int)
+    fell = np.array([bool(slot[0].terminations[-1]) if slot else False for slot in slots])
     return lengths, fell
 
 
@@ -110,10 +110,7 @@ def main(argv=None) -> None:
     start_obs = np.asarray(real.obs)[episode, step]
     remaining = np.where(step < np.asarray(real.length)[episode], args.horizon - step, 0)
 
-    record = collect.read_record(task_name, args.policy)
-    spec = collect.TASK_SPECS[task_name]
-    params = load_actor(collect.BEHAVIOUR_DIR / record["file"], record["hidden_sizes"], spec.obs_dim, spec.act_dim)
-    actor = TanhGaussianActor(tuple(record["hidden_sizes"]), spec.act_dim)
+    actor, params = behaviour.load_actor(task_name, args.policy)
 
     def act_mean(p, o, key):
         del key
@@ -131,9 +128,8 @@ def main(argv=None) -> None:
         for name, fn in (("real_mean_action", act_mean), ("real_sampled_action", act_sample)):
             key = jax.random.PRNGKey(args.seed)
             jitted = jax.jit(fn)
-            lengths, fell = real_lengths(
-                task_name, lambda o, t: np.asarray(jitted(params, jnp.asarray(o, jnp.float32), jax.random.fold_in(key, t))),
-                start_obs, remaining, args.seed)
+            act = behaviour.stepped(lambda o, t: np.asarray(jitted(params, jnp.asarray(o), jax.random.fold_in(key, t))))
+            lengths, fell = real_lengths(task_name, act, start_obs, remaining, args.seed)
             print(json.dumps(summary(name, lengths, fell, np.zeros_like(fell), remaining)), flush=True)
 
     model = posterior_members(load_model(args.world_model, termination_fn=task.termination_fn))

@@ -38,8 +38,10 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from agents.sac import HostLoop, OnlineSAC, OnlineState, SACConfig, make_policy  # noqa: E402
-from envs.collect import EXPERT_BAR, evaluate_returns, make_env  # noqa: E402
+from envs.behaviour import EXPERT_BAR, stepped  # noqa: E402
+from envs.collect import make_env  # noqa: E402
 from mbrl.core.types import TASK_SPECS, Transitions  # noqa: E402
+from mbrl.evaluate import evaluate  # noqa: E402
 
 RESULTS = REPO / "results" / "behaviour"
 MAX_STEPS = {"hopper": 1_000_000, "halfcheetah": 2_000_000, "walker2d": 2_000_000}
@@ -119,7 +121,7 @@ def load_checkpoint(path: Path, sac: OnlineSAC, state: OnlineState, loop: HostLo
     data = jax.tree.map(lambda store, new: store.at[:size].set(new), buffer.data, rows)
     capacity = buffer.data.reward.shape[0]
     buffer = buffer.replace(data=data, size=jax.numpy.asarray(size, jax.numpy.int32),
-                            ptr=jax.numpy.asarray(size % capacity, jax.numpy.int32))
+                            insert_pos=jax.numpy.asarray(size % capacity, jax.numpy.int32))
     loop.env_steps = progress["env_steps"]
     loop.episodes = progress["episodes"]
     loop.log.returns, loop.log.lengths, loop.log.end_steps = progress["returns"], progress["lengths"], progress["end_steps"]
@@ -160,7 +162,6 @@ def train(args) -> None:
 
     stochastic = make_policy(sac.core, deterministic=False)
     deterministic = make_policy(sac.core, deterministic=True)
-    eval_envs = [make_env(args.task) for _ in range(10)]
     eval_key = jax.random.PRNGKey(args.seed + 12345)
     t0, steps0, metrics = time.time(), loop.env_steps, None
     while loop.env_steps < args.max_steps and not stop["flag"]:
@@ -177,8 +178,8 @@ def train(args) -> None:
         def pol(fn):
             return lambda obs, t: np.asarray(fn(actor, obs, jax.random.fold_in(eval_key, eval_seed * 1000 + t)))
 
-        sto = evaluate_returns(args.task, pol(stochastic), 10, eval_seed, envs=eval_envs)
-        det = evaluate_returns(args.task, pol(deterministic), 5, eval_seed, envs=eval_envs)
+        sto = evaluate(stepped(pol(stochastic)), args.task, 10, eval_seed).returns
+        det = evaluate(stepped(pol(deterministic)), args.task, 5, eval_seed).returns
         record = {
             "step": step,
             "return_stochastic": float(sto.mean()),
@@ -221,12 +222,12 @@ def _stochastic_returns(task: str, core, actor, episodes: int, seed: int) -> np.
     policy = make_policy(core, deterministic=False)
     key = jax.random.PRNGKey(seed)
     fn = lambda obs, t: np.asarray(policy(actor, obs, jax.random.fold_in(key, t)))  # noqa: E731
-    return evaluate_returns(task, fn, episodes, seed, num_envs=20)
+    return evaluate(stepped(fn), task, episodes, seed).returns
 
 
 def finalize(args) -> None:
     """Choose the expert and medium snapshots, evaluate them on 100 episodes, write envs/behaviour/."""
-    from envs.collect import BEHAVIOUR_DIR, uniform_policy  # noqa: PLC0415
+    from envs.behaviour import BEHAVIOUR_DIR, uniform_policy  # noqa: PLC0415
 
     task, run_dir = args.task, Path(args.out) / args.task
     core = _actor_template(task)
@@ -267,7 +268,7 @@ def finalize(args) -> None:
         if medium is None or abs(returns.mean() - target) < abs(medium[1].mean() - target):
             medium = (step, returns)
     medium_step, medium_returns = medium
-    random_returns = evaluate_returns(task, uniform_policy(TASK_SPECS[task].act_dim, eval_seed), 100, eval_seed, 20)
+    random_returns = evaluate(stepped(uniform_policy(TASK_SPECS[task].act_dim, eval_seed)), task, 100, eval_seed).returns
     provisional = bool(expert_returns.mean() < bar)  # written only with --allow-below-bar
 
     hidden = list(core.config.hidden_sizes)
@@ -311,10 +312,12 @@ def table(args) -> None:
     """Make each level of each task (reusing existing datasets) and print a Markdown table of them."""
     import minari  # noqa: PLC0415
 
-    from envs.collect import LEVELS, SCORE_BANDS, data_root, data_score, dataset_id, read_record  # noqa: PLC0415
+    from envs.behaviour import read_record  # noqa: PLC0415
+    from envs.collect import SCORE_BANDS, data_score  # noqa: PLC0415
+    from mbrl.core.dataset_registry import LEVELS, data_dir, minari_id  # noqa: PLC0415
     from mbrl.commands.data_make import MakeArgs, make  # noqa: PLC0415
 
-    os.environ.setdefault("MINARI_DATASETS_PATH", str(data_root()))
+    os.environ.setdefault("MINARI_DATASETS_PATH", str(data_dir()))
     rows = ["| dataset | transitions | episodes | mean return | normalized score | expected band |",
             "|---|---:|---:|---:|---:|---|"]
     for task in args.tasks:
@@ -323,7 +326,7 @@ def table(args) -> None:
             start = time.perf_counter()
             make(MakeArgs(name=f"{task}-{level}", transitions=args.transitions, seed=args.seed))
             seconds = time.perf_counter() - start
-            ds = minari.load_dataset(dataset_id(task, level))
+            ds = minari.load_dataset(minari_id(task, level))
             max_len = TASK_SPECS[task].max_episode_steps
             episodes = list(ds.iterate_episodes())
             returns = [float(np.sum(ep.rewards)) for ep in episodes]
@@ -359,7 +362,7 @@ def main(argv=None) -> None:
     f.add_argument("--max-snapshots", type=int, default=8, help="float16 actor snapshots kept for medium-replay")
     f.add_argument("--allow-below-bar", action="store_true", help="write even if the expert misses the bar")
     f.add_argument("--episodes", type=int, default=100, help="evaluation episodes per candidate")
-    t = sub.add_parser("table", help="make every level's dataset and print the README table")
+    t = sub.add_parser("table", help="make every level's dataset and print the datasets table (docs/datasets.md)")
     t.add_argument("--tasks", nargs="+", default=sorted(EXPERT_BAR))
     t.add_argument("--transitions", type=int, default=None)
     t.add_argument("--seed", type=int, default=0)

@@ -6,6 +6,7 @@ import importlib.util
 import os
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 # Make sure no test ever reads or writes the user's real dataset folders.
@@ -32,3 +33,33 @@ def load_script():
         return module
 
     return load
+
+
+@pytest.fixture(scope="session")
+def hopper_tiny_path(tmp_path_factory):
+    """600 steps of Hopper-v5 under uniform random actions (episodes of at most 100), as a D4RL-layout file
+    written with h5py."""
+    import gymnasium
+    import h5py
+
+    env = gymnasium.make("Hopper-v5", max_episode_steps=100)
+    rng = np.random.default_rng(0)
+    rows = {k: [] for k in ("observations", "actions", "rewards", "next_observations", "terminals", "timeouts")}
+    obs, _ = env.reset(seed=0)
+    episode = 0
+    while len(rows["rewards"]) < 600:
+        action = rng.uniform(-1, 1, 3).astype(np.float32)
+        next_obs, reward, terminated, truncated, _ = env.step(action)
+        for key, value in zip(rows, (obs, action, reward, next_obs, terminated, truncated and not terminated)):
+            rows[key].append(value)
+        obs = next_obs
+        if terminated or truncated:
+            episode += 1
+            obs, _ = env.reset(seed=episode)
+    path = tmp_path_factory.mktemp("data") / "hopper-tiny.hdf5"
+    with h5py.File(path, "w") as f:
+        for key, values in rows.items():
+            dtype = bool if key in ("terminals", "timeouts") else np.float32
+            f.create_dataset(key, data=np.asarray(values, dtype))
+        f.attrs["env_id"] = "Hopper-v5"
+    return path

@@ -1,16 +1,23 @@
-"""Collecting episodes in lockstep and `mbrl data make` into real Minari datasets."""
+"""The lockstep loop, collecting episodes with it, and `mbrl data make` into real Minari datasets."""
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 from pathlib import Path
 
+import gymnasium as gym
+import jax
 import numpy as np
 import pytest
 
-from envs import collect
+from envs import behaviour, collect, lockstep
+from mbrl import datasets
 from mbrl.cli import main
+from mbrl.core import dataset_registry as registry
+from mbrl.core.errors import ConfigError
+from mbrl.evaluate import evaluate
 
 
 def test_unknown_task_or_level_exits_2_and_lists_the_valid_ones(capsys):
@@ -26,11 +33,136 @@ def test_bad_transition_count_is_a_user_error(capsys):
     assert "--transitions" in capsys.readouterr().err
 
 
+# A fixed linear-tanh hopper controller, elementwise (no matmul) so each row's action is bit-identical
+# whatever the batch; hopper falls under it within about 60 steps.
+_W = np.array([[0.9, 0.1, -0.7], [-0.9, -0.5, 0.2], [-1.0, -0.2, -0.2], [0.5, 0.2, 0.4]], np.float32)
+
+
+def hopper_act(obs):
+    obs = np.asarray(obs, np.float32)
+    return np.tanh(obs[:, 2:5] * _W[0] + obs[:, 5:8] * _W[1] + obs[:, 8:11] * _W[2] + _W[3])
+
+
+def _plain_episode(env, act, seed: int, limit: int | None = None) -> dict:
+    """The plain gymnasium loop the lockstep loop must reproduce: one env, one observation at a time."""
+    obs, _ = env.reset(seed=seed)
+    rows = {"obs": [obs], "action": [], "reward": [], "terminated": [], "truncated": []}
+    total = 0.0
+    while True:
+        action = np.clip(act(np.asarray(obs, np.float32)[None])[0], env.action_space.low, env.action_space.high)
+        obs, reward, terminated, truncated, _ = env.step(action)
+        total += float(reward)
+        for key, value in zip(rows, (obs, action, reward, terminated, truncated)):
+            rows[key].append(value)
+        if terminated or truncated or len(rows["reward"]) == limit:
+            return {**{k: np.asarray(v) for k, v in rows.items()}, "return": total}
+
+
+def reset_seed(slot: int, episode: int) -> int:
+    return 1000 + 10 * slot + episode
+
+
+def test_lockstep_episodes_match_a_plain_gymnasium_loop():
+    """Two envs, 2 and 1 whole episodes: every episode is the one a plain single-env loop gives."""
+    envs = [gym.make("Hopper-v5") for _ in range(2)]
+    slots = lockstep.run(envs, lockstep.markov(hopper_act), reset_seed, episodes=[2, 1], record=True)
+    assert [len(slot) for slot in slots] == [2, 1]
+    plain_env = gym.make("Hopper-v5")
+    for i, slot in enumerate(slots):
+        for j, ep in enumerate(slot):
+            ref = _plain_episode(plain_env, hopper_act, reset_seed(i, j))
+            assert ep.episode_return == ref["return"]  # the same float64 sum, in the same order
+            assert len(ep) == len(ref["reward"]) and 40 < len(ep) < 1000  # ends by a fall
+            np.testing.assert_array_equal(ep.observations, ref["obs"].astype(np.float32))
+            np.testing.assert_array_equal(ep.actions, ref["action"])
+            np.testing.assert_array_equal(ep.rewards, ref["reward"].astype(np.float32))
+            np.testing.assert_array_equal(ep.terminations, ref["terminated"])
+            np.testing.assert_array_equal(ep.truncations, ref["truncated"])
+    assert slots[0][0].terminations[-1] and not slots[0][0].truncations.any()
+
+
+def test_lockstep_policy_inputs_carry_the_previous_action_and_reward():
+    """What a recurrent policy sees: one call per step with all rows, the slot's previous (clipped) action
+    and reward, zeros and `first` at each episode's first step."""
+    calls = []
+
+    def policy(inputs):
+        calls.append(inputs)
+        return 3.0 * hopper_act(inputs.obs)  # beyond the bounds: the loop clips
+
+    envs = [gym.make("Hopper-v5") for _ in range(2)]
+    slots = lockstep.run(envs, policy, reset_seed, episodes=[2, 1], record=True)
+    (a0, a1), (b0,) = slots
+    assert len(calls) == len(a0) + len(a1) > len(b0)
+    assert all(c.obs.shape == (2, 11) and c.prev_action.shape == (2, 3) and c.first.shape == (2,) for c in calls)
+    assert np.all(np.abs(a0.actions) <= 1.0) and np.any(np.abs(a0.actions) == 1.0)
+    for row, episodes in ((0, [a0, a1]), (1, [b0])):
+        t = 0
+        for ep in episodes:
+            for k in range(len(ep)):
+                c = calls[t]
+                np.testing.assert_array_equal(c.obs[row], ep.observations[k])
+                assert c.first[row] == (k == 0)
+                np.testing.assert_array_equal(c.prev_action[row], ep.actions[k - 1] if k else np.zeros(3))
+                assert c.prev_reward[row] == (ep.rewards[k - 1] if k else 0.0)
+                t += 1
+    # After its episode, row 1 is padding: its last observation, never a reset.
+    np.testing.assert_array_equal(calls[-1].obs[1], b0.observations[-1])
+    assert not calls[-1].first[1]
+
+
+def test_lockstep_stops_a_slot_at_whichever_quota_comes_first():
+    """One episode of at most `steps`: cut (truncated) at the step quota, or ended by the fall before it."""
+    envs = [gym.make("Hopper-v5") for _ in range(3)]
+    seen = []
+    slots = lockstep.run(envs, lockstep.markov(hopper_act), reset_seed, episodes=1, steps=[0, 5, 500],
+                         on_step=seen.append)
+    assert slots[0] == []
+    (cut,), (fell,) = slots[1], slots[2]
+    assert len(cut) == 5 and cut.truncations[-1] and not cut.terminations.any()
+    assert len(fell) < 500 and fell.terminations[-1] and not fell.truncations.any()
+    assert cut.observations is None and cut.actions is None  # not recorded
+    assert seen[:5] == [2] * 5 and set(seen[5:]) == {1} and sum(seen) == 5 + len(fell)
+    ref = _plain_episode(gym.make("Hopper-v5"), hopper_act, reset_seed(1, 0), limit=5)
+    assert cut.episode_return == ref["return"]
+
+
+def test_unit_actions_are_mapped_onto_the_action_space():
+    """A behaviour policy acts in [-1, 1]: on Pendulum (torque in [-2, 2]) 0.5 means 1.0, and -3 means -2."""
+
+    def pendulum():
+        return gym.make("Pendulum-v1", max_episode_steps=4)
+
+    def constant(value):
+        return lambda obs: np.full((len(obs), 1), value, np.float32)
+
+    for value, torque in ((0.5, 1.0), (-3.0, -2.0)):
+        ((ep,),) = lockstep.run([pendulum()], lockstep.markov(constant(value)), reset_seed, episodes=1, record=True,
+                                unit_actions=True)
+        ref = _plain_episode(pendulum(), constant(torque), reset_seed(0, 0))
+        np.testing.assert_array_equal(ep.observations, ref["obs"].astype(np.float32))
+        np.testing.assert_array_equal(ep.actions, np.full((4, 1), np.clip(value, -1, 1), np.float32))
+    # Without unit_actions the same 0.5 is a torque of 0.5.
+    ((ep,),) = lockstep.run([pendulum()], lockstep.markov(constant(0.5)), reset_seed, episodes=1)
+    assert ep.episode_return == _plain_episode(pendulum(), constant(0.5), reset_seed(0, 0))["return"]
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "fragment"),
+    [({}, "give a quota"), ({"episodes": [1]}, "one per env"), ({"steps": -1}, "non-negative")],
+)
+def test_lockstep_refuses_bad_quotas(kwargs, fragment):
+    with pytest.raises(ConfigError, match=fragment):
+        lockstep.run([gym.make("Hopper-v5") for _ in range(2)], lockstep.markov(hopper_act), reset_seed, **kwargs)
+
+
 @pytest.fixture(scope="module")
 def lockstep_runs():
     def run(seed):
         envs = [collect.make_env("hopper") for _ in range(2)]
-        return collect.run_lockstep(envs, collect.uniform_policy(3, seed), seed, steps_per_env=[30, 45])
+        policy = behaviour.stepped(behaviour.uniform_policy(3, seed))
+        return lockstep.run(envs, policy, functools.partial(collect.episode_seed, seed), steps=[30, 45], record=True,
+                            unit_actions=True)
 
     return run(0), run(0), run(1)
 
@@ -56,16 +188,11 @@ def test_lockstep_is_deterministic_for_a_seed(lockstep_runs):
     assert not np.array_equal(flat[0][0], flat[2][0])
 
 
-def test_evaluate_returns_counts_whole_episodes():
-    returns = collect.evaluate_returns("hopper", collect.uniform_policy(3, 0), 5, seed=0, num_envs=2)
-    assert returns.shape == (5,) and np.all(np.isfinite(returns))
-
-
 @pytest.mark.parametrize("continuous", [False, True])
 def test_segments_switch_policy_mid_episode_only_when_continuous(continuous):
     """medium-replay's segments continue the run's episodes across a policy change; others start afresh."""
     zero = lambda obs, step: np.zeros((obs.shape[0], 6), np.float32)  # noqa: E731
-    segments = [collect.Segment(collect.uniform_policy(6, 0), 1200, "a"), collect.Segment(zero, 1200, "b")]
+    segments = [collect.Segment(behaviour.uniform_policy(6, 0), 1200, "a"), collect.Segment(zero, 1200, "b")]
     episodes = collect.collect_segments("halfcheetah", segments, seed=0, num_envs=2, continuous=continuous)
     assert sum(len(ep) for ep in episodes) == 2400
     if continuous:  # per env: one whole 1,000-step episode (600 steps of each policy), then 200 cut steps
@@ -82,26 +209,30 @@ def test_interrupted_write_leaves_nothing_behind(tmp_path, lockstep_runs):
     episodes = [ep for slot in lockstep_runs[0] for ep in slot]
     # Rewards that HDF5 cannot store: the write fails after the earlier episodes were written.
     unstorable = np.array([object()] * len(episodes[0]), dtype=object)
-    broken = collect.Episode(
+    broken = lockstep.Episode(
         observations=episodes[0].observations, actions=episodes[0].actions, rewards=unstorable,
-        terminations=episodes[0].terminations, truncations=episodes[0].truncations,
+        terminations=episodes[0].terminations, truncations=episodes[0].truncations, episode_return=0.0,
     )
     with pytest.raises(Exception):
         collect.write_minari(tmp_path, "hopper", "random", episodes + [broken], 0.0, 1.0, {})
-    assert not (tmp_path / collect.dataset_id("hopper", "random")).exists()
+    assert not (tmp_path / registry.minari_id("hopper", "random")).exists()
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".tmp-make-")]
-    assert not collect.is_complete(tmp_path, "hopper", "random")
+    assert not registry.is_made("hopper", "random", root=tmp_path)
+    # The same episodes, storable, make a dataset there.
+    collect.write_minari(tmp_path, "hopper", "random", episodes, 0.0, 1.0, {})
+    assert registry.is_made("hopper", "random", root=tmp_path)
 
 
 # ---------------------------------------------------------------- with the shipped behaviour policies
 
 needs_hopper_policies = pytest.mark.skipif(
-    not all((collect.BEHAVIOUR_DIR / f"hopper_{p}.json").exists() for p in ("random", "medium", "expert", "medium_replay")),
+    not all((behaviour.BEHAVIOUR_DIR / f"hopper_{p}.json").exists()
+            for p in ("random", "medium", "expert", "medium_replay")),
     reason="the shipped hopper behaviour policies are missing (scripts/train_behaviour.py finalize --task hopper)",
 )
 
 
-SHIPPED_TASKS = sorted(t for t in collect.EXPERT_BAR if (collect.BEHAVIOUR_DIR / f"{t}_expert.json").exists())
+SHIPPED_TASKS = sorted(t for t in behaviour.EXPERT_BAR if (behaviour.BEHAVIOUR_DIR / f"{t}_expert.json").exists())
 
 
 @pytest.fixture(scope="module")
@@ -125,8 +256,8 @@ def test_make_hopper_medium_is_read_by_minari_with_reference_scores(made_hopper_
     dataset = minari.load_dataset("mbrl/hopper/medium-v0")
     assert dataset.total_steps == 5000
     meta = dataset.storage.metadata
-    random_record = json.loads((collect.BEHAVIOUR_DIR / "hopper_random.json").read_text())
-    expert_record = json.loads((collect.BEHAVIOUR_DIR / "hopper_expert.json").read_text())
+    random_record = json.loads((behaviour.BEHAVIOUR_DIR / "hopper_random.json").read_text())
+    expert_record = json.loads((behaviour.BEHAVIOUR_DIR / "hopper_expert.json").read_text())
     assert meta["ref_min_score"] == pytest.approx(random_record["mean_return"])
     assert meta["ref_max_score"] == pytest.approx(expert_record["mean_return"])
     assert meta["mbrl_level"] == "medium" and meta["mbrl_seed"] == 0
@@ -136,7 +267,6 @@ def test_make_hopper_medium_is_read_by_minari_with_reference_scores(made_hopper_
 
 @needs_hopper_policies
 def test_make_hopper_medium_is_read_by_mbrl_datasets(made_hopper_medium, monkeypatch):
-    datasets = pytest.importorskip("mbrl.datasets")
     root, _ = made_hopper_medium
     monkeypatch.setenv("MBRL_DATA_DIR", str(root))
     monkeypatch.setenv("MINARI_DATASETS_PATH", str(root))
@@ -158,13 +288,43 @@ def test_an_existing_dataset_is_reused(made_hopper_medium, monkeypatch, capsys):
 
 @needs_hopper_policies
 def test_medium_replay_plan_follows_the_recorded_segments():
-    from mbrl.commands.data_make import plan_segments
+    """Each recorded segment, in order, for its share of the steps, acted by its own snapshot (or the
+    uniform warm-up) with the seed seed + k."""
+    record = behaviour.read_record("hopper", "medium_replay")
+    recorded = record["env_steps"]
+    assert recorded % 100 == 0 and all(seg["steps"] % 100 == 0 for seg in record["segments"])
+    segments = collect.plan_segments("hopper", "medium-replay", recorded // 100, seed=3)
+    assert [s.label for s in segments] == [f"snapshot@{seg['start']}" for seg in record["segments"]]
+    assert [s.steps for s in segments] == [seg["steps"] // 100 for seg in record["segments"]]
+    assert [s.steps for s in collect.plan_segments("hopper", "medium-replay", None, seed=3)] == [
+        seg["steps"] for seg in record["segments"]]
 
-    record = collect.read_record("hopper", "medium_replay")
-    segments = plan_segments("hopper", "medium-replay", 1000, seed=0)
-    assert sum(s.steps for s in segments) == 1000
-    assert segments[0].label == "snapshot@0"  # the uniform warm-up comes first
-    assert len(segments) <= len(record["segments"])
+    actor, snapshots = behaviour.load_snapshots("hopper")
+    obs = np.random.default_rng(0).normal(size=(4, 11)).astype(np.float32)
+    actions = []
+    for k, (segment, seg) in enumerate(zip(segments, record["segments"])):
+        action = segment.policy(obs, 7)
+        if seg["snapshot"] < 0:
+            uniform = np.random.default_rng([3 + k, 7]).uniform(-1, 1, (4, 3))
+            np.testing.assert_array_equal(action, uniform.astype(np.float32))
+        else:  # snapshot j's tanh-Gaussian sample with the key of seed 3 + k at step 7, computed eagerly
+            mean, log_std = actor.apply(snapshots[seg["snapshot"]], obs)
+            noise = jax.random.normal(jax.random.fold_in(jax.random.PRNGKey(3 + k), 7), mean.shape)
+            np.testing.assert_allclose(action, np.tanh(mean + np.exp(log_std) * noise), rtol=1e-5, atol=1e-6)
+        actions.append(action)
+    assert len({a.tobytes() for a in actions}) == len(actions)  # every segment acts differently
+
+
+@needs_hopper_policies
+def test_the_behaviour_actor_is_agents_tanh_gaussian_actor():
+    """`envs.behaviour.Actor` (envs may not import agents) computes what the trained actor computes."""
+    from agents.networks import TanhGaussianActor
+
+    actor, params = behaviour.load_actor("hopper", "expert")
+    hidden = behaviour.read_record("hopper", "expert")["hidden_sizes"]
+    obs = np.random.default_rng(1).normal(size=(5, 11)).astype(np.float32)
+    for ours, theirs in zip(actor.apply(params, obs), TanhGaussianActor(tuple(hidden), 3).apply(params, obs)):
+        np.testing.assert_array_equal(np.asarray(ours), np.asarray(theirs))
 
 
 # Enough whole episodes for a score: hopper's medium episodes last about 400 steps, so 20,000 steps over 16
@@ -203,19 +363,14 @@ def test_made_medium_scores_in_the_band_the_readme_records(task, tmp_path, monke
 def test_shipped_policies_meet_their_bars_and_reproduce_their_records(task):
     """Each shipped expert clears 80% of D4RL's expert return, medium is about a third of it, and both
     policies, reloaded from their files, return what their 100-episode records say."""
-    from mbrl.commands.data_make import _actor_policy, load_actor
-
-    spec = collect.TASK_SPECS[task]
-    expert, medium = collect.read_record(task, "expert"), collect.read_record(task, "medium")
+    expert, medium = behaviour.read_record(task, "expert"), behaviour.read_record(task, "medium")
     assert not expert["provisional"] and expert["episodes"] == 100
-    assert expert["mean_return"] >= collect.EXPERT_BAR[task]
+    assert expert["mean_return"] >= behaviour.EXPERT_BAR[task]
     assert 0.2 <= medium["mean_return"] / expert["mean_return"] <= 0.5  # D4RL: about one third
     assert medium["env_steps"] < expert["env_steps"]  # both from the same run
-    for record in (expert, medium):
-        path = collect.BEHAVIOUR_DIR / record["file"]
-        assert path.stat().st_size <= 1 << 20
-        params = load_actor(path, record["hidden_sizes"], spec.obs_dim, spec.act_dim)
-        policy = _actor_policy(params, record["hidden_sizes"], spec.act_dim, seed=1)
-        returns = collect.evaluate_returns(task, policy, 3, seed=record["eval_seed"], num_envs=3)
+    for name, record in (("expert", expert), ("medium", medium)):
+        assert (behaviour.BEHAVIOUR_DIR / record["file"]).stat().st_size <= 1 << 20
+        policy = behaviour.stepped(behaviour.shipped_policy(task, name, seed=1))
+        returns = evaluate(policy, task, episodes=3, seed=record["eval_seed"]).returns
         # 3 episodes against the 100-episode record: within 4 standard errors.
         assert abs(returns.mean() - record["mean_return"]) <= 4 * record["std_return"] / np.sqrt(3) + 1.0

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import ast
 import dataclasses
 from pathlib import Path
 
@@ -14,7 +13,8 @@ import pytest
 from minari import DataCollector
 from minari.data_collector import EpisodeBuffer
 
-from mbrl.datasets import SAMPLE_PATH, load, registry
+from mbrl.core import dataset_registry as registry
+from mbrl.datasets import SAMPLE_PATH, load
 from mbrl.core.errors import ConfigError, DatasetError
 from mbrl.core.types import TASK_SPECS, Transitions
 
@@ -191,6 +191,20 @@ def test_name_not_made_tells_how_to_make_it():
         load("walker2d-medium-replay")
     with pytest.raises(DatasetError, match=r"hopper-mediocre: .*not a known dataset name"):
         load("hopper-mediocre")
+
+
+def test_dataset_names_parse_one_way_and_anything_else_is_refused_by_name():
+    assert registry.parse_name("hopper-medium-replay") == ("hopper", "medium-replay")
+    assert [registry.parse_name(name) for name in registry.all_names()] == [
+        (task, level) for task in registry.TASKS for level in registry.LEVELS]
+    for other in ("hopper", "hopper-medium.hdf5", "minari:mujoco/hopper/expert-v0", "humanoid-medium", "hopper-great"):
+        assert registry.parse_name(other) is None  # a path or a Minari id: not a name, no error
+        with pytest.raises(ConfigError) as error:
+            registry.task_level(other)
+        message = str(error.value)
+        assert other in message and "hopper, halfcheetah, walker2d, ant" in message
+        assert "random, medium, medium-replay, expert, medium-expert" in message
+    assert registry.minari_id("walker2d", "medium-expert") == "mbrl/walker2d/medium-expert-v0"
 
 
 def test_qlearning_rebuild_matches_hand_computed(tmp_path):
@@ -413,13 +427,3 @@ def test_minari_nan_names_episode_and_step(hopper, tmp_path, monkeypatch):
     with pytest.raises(DatasetError, match=r"minari:test/hopper/nan-v0: key 'observations', episode 1, step 4: .*nan"):
         load("minari:test/hopper/nan-v0")
 
-
-def test_datasets_do_not_import_higher_layers():
-    package = Path(__file__).resolve().parents[1] / "mbrl" / "datasets"
-    for source in package.rglob("*.py"):
-        for node in ast.walk(ast.parse(source.read_text())):
-            names = [a.name for a in node.names] if isinstance(node, ast.Import) else []
-            if isinstance(node, ast.ImportFrom) and node.module:
-                names = [node.module]
-            for name in names:
-                assert name.split(".")[0] not in {"envs", "world_models", "agents"}, (source, name)

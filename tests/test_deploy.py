@@ -1,6 +1,6 @@
-"""Deployment: the UDP sim-server process against in-process evaluation, the safety layer on a real MuJoCo
-robot (NaN observations, a dead sensor, the rate limit), SIGTERM on a real deploy process, and the
-errors a user can cause."""
+"""Deployment: the UDP sim-server process against in-process evaluation, a recurrent (NEUBAY) export through
+`mbrl deploy` on MuJoCo against its JAX policy, the safety layer on a real MuJoCo robot (NaN observations,
+a dead sensor, the rate limit), SIGTERM on a real deploy process, and the errors a user can cause."""
 
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ pytest.importorskip("onnxruntime", reason="the onnx extra is not installed: pip 
 from envs.robots.loop import ControlLoop  # noqa: E402
 from envs.robots.mujoco import MujocoRobot  # noqa: E402
 from envs.robots.ros2 import rclpy_available  # noqa: E402
-from envs.robots.runner import PolicyRunner  # noqa: E402
+from envs.robots.runner import PolicyRunner, RewardFeed  # noqa: E402
 from envs.robots.safety import SafetyConfig, SafetyLayer  # noqa: E402
 from mbrl.cli import main  # noqa: E402
 
@@ -44,6 +44,27 @@ def export_dir(tmp_path_factory):
                       action_low=-1.0, action_high=1.0, obs_mean=obs.mean(axis=0), obs_std=obs.std(axis=0) + 0.05,
                       control_rate_hz=125.0, env_id="Hopper-v5")
     return export_policy(spec, tmp_path_factory.mktemp("deploy") / "export"), spec
+
+
+@pytest.fixture(scope="module")
+def neubay_export(tmp_path_factory):
+    """A NEUBAY actor (LRU memory, 2 layers) at init for Hopper-v5, exported as a run's policy is."""
+    import jax
+
+    from agents.neubay import Neubay, NeubayConfig
+    from mbrl.datasets import SAMPLE_PATH, load
+    from mbrl.export import PolicySpec, export_policy, observation_envelope
+    from mbrl.export_run import policy_of
+
+    agent = Neubay(NeubayConfig(d_model=8, d_hidden=4, memory_layers=2, head_hidden=8, head_layers=1), 11, 3)
+    obs_low, obs_high = observation_envelope(load(SAMPLE_PATH).transitions.obs)
+    params = agent.init(jax.random.PRNGKey(5)).actor_params
+    out = params["head"]["params"]["Dense_0"]  # gentler actions: the hopper stays up for the whole test
+    out["kernel"], out["bias"] = 0.1 * out["kernel"], 0.0 * out["bias"]
+    spec = PolicySpec(**policy_of(agent), params=params, obs_dim=11,
+                      act_dim=3, action_low=-1.0, action_high=1.0, obs_low=obs_low, obs_high=obs_high,
+                      rescale_actions=False, control_rate_hz=125.0, env_id="Hopper-v5")
+    return export_policy(spec, tmp_path_factory.mktemp("neubay") / "export"), spec
 
 
 @pytest.fixture(scope="module")
@@ -89,11 +110,45 @@ def test_udp_deploy_reproduces_in_process_evaluation(export_dir, sim_server, tmp
 
     # The reference: the JAX policy in-process, the same env seeds, the same time limit.
     policy = jax.jit(jax.vmap(policy_function(spec)))
-    reference = evaluate(lambda obs: np.asarray(policy(obs)), "Hopper-v5", episodes=2, seed=7,
+    reference = evaluate(lambda inputs: np.asarray(policy(inputs.obs)), "Hopper-v5", episodes=2, seed=7,
                          env_kwargs={"max_episode_steps": EPISODE_STEPS})
     assert [e["length"] for e in summary["episodes"]] == reference.lengths.tolist()
     np.testing.assert_allclose(deployed, reference.returns, rtol=0.01)
     assert "deploy on udp://127.0.0.1" in capsys.readouterr().out
+
+
+def test_mujoco_deploy_of_a_recurrent_export_matches_its_jax_policy(neubay_export, tmp_path, capsys):
+    """Two episodes through `mbrl deploy --robot mujoco:Hopper-v5`: each tick's command equals the JAX policy's
+    action, with the carry, the previous action and reward handed along and reset at the second episode."""
+    import gymnasium
+    import jax
+
+    from mbrl.export import carry_leaves, policy_function
+
+    path, spec = neubay_export
+    log = tmp_path / "neubay.jsonl"
+    code = main(["deploy", str(path), "--robot", "mujoco:Hopper-v5", "--episodes", "2", "--seed", "5", "--rate", "0",
+                 "--max-delta", "None", "--max-steps", "60", "--log", str(log)])
+    assert code == 0, capsys.readouterr().err
+    records = _read_log(log)
+    assert records[-1]["stop_reason"] == "done"
+
+    policy = jax.jit(policy_function(spec))
+    env = gymnasium.make("Hopper-v5")
+    for episode in (0, 1):
+        sent = [np.asarray(t["action"], np.float32) for t in _ticks(records) if t["episode"] == episode]
+        obs, _ = env.reset(seed=5 + episode)
+        carry = [leaf["initial"] for leaf in carry_leaves(spec)]
+        prev_action, prev_reward, worst, total = np.zeros(3, np.float32), np.float32(0), 0.0, 0.0
+        for step, command in enumerate(sent):
+            action, prev_action, *carry = policy(obs.astype(np.float32), prev_action, prev_reward, np.bool_(step == 0), *carry)
+            worst = max(worst, float(np.max(np.abs(np.asarray(action) - command))))
+            obs, reward, terminated, truncated, _ = env.step(command)
+            prev_reward, total = np.float32(reward), total + reward
+        assert worst <= 1e-5, (episode, worst)
+        result = next(r for r in records if r["type"] == "episode" and r["episode"] == episode)
+        assert result["length"] == len(sent) >= 20  # until the hopper falls
+        assert result["return"] == pytest.approx(total, rel=1e-5)
 
 
 def _run_loop(tmp_path, robot, runner, max_delta=None, episodes=1, max_steps=40):
@@ -103,9 +158,12 @@ def _run_loop(tmp_path, robot, runner, max_delta=None, episodes=1, max_steps=40)
     return summary, _read_log(tmp_path / "loop.jsonl")
 
 
-def test_nan_observation_gives_the_last_safe_action_and_an_event(export_dir, tmp_path):
-    runner = PolicyRunner(export_dir[0])
+@pytest.mark.parametrize("recurrent", [False, True], ids=["markov", "recurrent"])
+def test_nan_observation_gives_the_last_safe_action_and_an_event(export_dir, neubay_export, tmp_path, recurrent):
+    runner = PolicyRunner((neubay_export if recurrent else export_dir)[0])
     robot = MujocoRobot("Hopper-v5", nan_obs_at=(5, 6))
+    if recurrent:
+        robot = RewardFeed(robot, runner)
     summary, records = _run_loop(tmp_path, robot, runner, max_steps=12)
     ticks = _ticks(records)
     by_step = {t["step"]: t for t in ticks}

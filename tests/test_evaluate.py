@@ -8,8 +8,10 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from envs.lockstep import markov
 from envs.tasks import TASKS
 from mbrl.core.errors import ConfigError
+from mbrl.core.types import PolicyInput
 from mbrl.evaluate import EvalResult, evaluate, normalized_score
 
 # A fixed linear-tanh hopper controller, written elementwise (no matmul) so each row's action is
@@ -23,9 +25,12 @@ LIMIT = 57
 EPISODES = 8
 
 
-def numpy_policy(obs):
+def numpy_act(obs):
     obs = np.asarray(obs, np.float32)
     return np.tanh(obs[:, 2:5] * _W[0] + obs[:, 5:8] * _W[1] + obs[:, 8:11] * _W[2] + _W[3])
+
+
+numpy_policy = markov(numpy_act)
 
 
 def _single_env_episode(policy, env_id: str, seed: int, limit: int):
@@ -45,7 +50,7 @@ def _single_env_episode(policy, env_id: str, seed: int, limit: int):
 
 @pytest.fixture(scope="module")
 def reference():
-    rows = [_single_env_episode(numpy_policy, "Hopper-v5", 100 + i, LIMIT) for i in range(EPISODES)]
+    rows = [_single_env_episode(numpy_act, "Hopper-v5", 100 + i, LIMIT) for i in range(EPISODES)]
     returns, lengths, terminated = (np.asarray(col) for col in zip(*rows))
     return returns, lengths, terminated
 
@@ -70,9 +75,9 @@ def test_episode_lengths_stop_at_termination_or_truncation(reference):
 
     calls = []
 
-    def counting_policy(obs):
-        calls.append(np.asarray(obs).shape)
-        return numpy_policy(obs)
+    def counting_policy(inputs):
+        calls.append(np.asarray(inputs.obs).shape)
+        return numpy_act(inputs.obs)
 
     result = evaluate(counting_policy, "Hopper-v5", episodes=EPISODES, seed=100, env_kwargs={"max_episode_steps": LIMIT})
     np.testing.assert_array_equal(result.lengths, lengths)
@@ -91,7 +96,7 @@ def jitted_policy():
         traces.append(obs.shape)  # runs only while tracing
         return jnp.tanh(obs[:, 2:5] * w[0] + obs[:, 5:8] * w[1] + obs[:, 8:11] * w[2] + w[3])
 
-    return policy, traces
+    return markov(policy), traces
 
 
 def test_same_seed_gives_identical_results_and_a_jitted_policy_compiles_once(jitted_policy):
@@ -131,8 +136,8 @@ def test_normalized_score_uses_the_datasets_reference_then_d4rls():
 
 
 def test_an_env_outside_the_registry_has_no_normalized_score_unless_given_one():
-    def pendulum_policy(obs):
-        return np.zeros((len(obs), 1), np.float32)
+    def pendulum_policy(inputs):
+        return np.zeros((len(inputs.obs), 1), np.float32)
 
     kwargs = dict(episodes=3, seed=0, env_kwargs={"max_episode_steps": 7})
     plain = evaluate(pendulum_policy, "Pendulum-v1", **kwargs)
@@ -159,8 +164,39 @@ def test_bad_arguments_raise_config_errors(target, kwargs, fragment):
 
 
 def test_a_policy_with_the_wrong_action_shape_is_refused():
-    def wrong(obs):
-        return np.zeros((len(obs), 2), np.float32)
+    def wrong(inputs):
+        return np.zeros((len(inputs.obs), 2), np.float32)
 
     with pytest.raises(ConfigError, match=r"shape \(2, 2\).*expected \(2, 3\)"):
         evaluate(wrong, "hopper", episodes=2, env_kwargs={"max_episode_steps": 3})
+
+
+def test_a_recurrent_policy_sees_its_previous_action_and_reward_as_in_a_plain_loop():
+    """A policy of (obs, previous action, previous reward, first step) scores what a single-env loop that
+    feeds it those inputs scores: evaluate hands every row its own episode's history."""
+
+    def recurrent(inputs: PolicyInput):
+        base = numpy_act(inputs.obs)
+        memory = np.where(inputs.first[:, None], 0.0, 0.5 * inputs.prev_action + 0.1 * inputs.prev_reward[:, None])
+        return np.tanh(base + memory.astype(np.float32))
+
+    returns, lengths = [], []
+    for i in range(4):
+        env = gymnasium.make("Hopper-v5", max_episode_steps=LIMIT)
+        obs, _ = env.reset(seed=20 + i)
+        prev_action, prev_reward, first, total, steps = np.zeros(3, np.float32), 0.0, True, 0.0, 0
+        while True:
+            inputs = PolicyInput(np.asarray(obs, np.float32)[None], prev_action[None],
+                                 np.array([prev_reward], np.float32), np.array([first]))
+            prev_action = recurrent(inputs)[0]
+            obs, prev_reward, terminated, truncated, _ = env.step(prev_action)
+            total, steps, first = total + float(prev_reward), steps + 1, False
+            if terminated or truncated:
+                break
+        returns.append(total)
+        lengths.append(steps)
+    result = evaluate(recurrent, "hopper", episodes=4, seed=20, env_kwargs={"max_episode_steps": LIMIT})
+    np.testing.assert_array_equal(result.returns, returns)
+    np.testing.assert_array_equal(result.lengths, lengths)
+    markov_only = evaluate(numpy_policy, "hopper", episodes=4, seed=20, env_kwargs={"max_episode_steps": LIMIT})
+    assert not np.array_equal(markov_only.returns, result.returns)  # the memory changes what it does

@@ -1,10 +1,12 @@
 """Policy export: ONNX (onnxruntime) and jax.export (a fresh process) against the JAX policy, policy.json,
-recurrent policies, a real training run's directory, and the errors a user can cause."""
+recurrent policies (a GRU, and a NEUBAY run side by side with its JAX policy over a 200-step MuJoCo
+episode), a real training run's directory, and the errors a user can cause."""
 
 from __future__ import annotations
 
 import hashlib
 import json
+import re
 import subprocess
 import sys
 
@@ -20,8 +22,10 @@ from envs.robots.runner import PolicyRunner  # noqa: E402
 from mbrl import __version__  # noqa: E402
 from mbrl.cli import main  # noqa: E402
 from mbrl.datasets import SAMPLE_PATH, load  # noqa: E402
+from mbrl.core.errors import UserError  # noqa: E402
 from mbrl.export import ExportError, PolicySpec, export_policy, params_sha256, policy_function  # noqa: E402
 from mbrl.export_onnx import OnnxExportError, to_onnx  # noqa: E402
+from mbrl.export_run import load_policy_from_run, policy_of  # noqa: E402
 
 LOW = np.array([-1.0, -0.5, -2.0], np.float32)  # asymmetric bounds: the rescaling is exercised
 HIGH = np.array([1.0, 0.5, 1.0], np.float32)
@@ -49,7 +53,7 @@ def spec(dataset):
     assert isinstance(batches, Transitions)
     state, _ = jax.jit(agent.update_many)(agent.init(jax.random.PRNGKey(0)), batches, jax.random.PRNGKey(1))
     return PolicySpec(
-        apply_fn=lambda p, o: agent.act(p, o),
+        **policy_of(agent),
         params=state.actor_params,
         obs_dim=obs.shape[1],
         act_dim=3,
@@ -134,33 +138,90 @@ def test_policy_json_describes_the_policy(spec, exported):
     assert data["state"] is None and data["onnx"]["inputs"] == ["obs"]
 
 
-def test_recurrent_policy_exports_its_state_as_inputs_and_outputs(tmp_path):
+@pytest.fixture(scope="module")
+def gru_export(tmp_path_factory):
+    """A GRU policy on the observation alone (it ignores the previous action and reward), exported."""
     import flax.linen as nn
 
     cell, head = nn.GRUCell(features=8), nn.Dense(2)
     cell_params = cell.init(jax.random.PRNGKey(1), jnp.zeros(8), jnp.zeros(5))
     head_params = head.init(jax.random.PRNGKey(2), jnp.zeros(8))
 
-    def apply_fn(params, obs, state):
-        state, features = cell.apply(params[0], state, obs)
-        return jnp.tanh(head.apply(params[1], features)), state
+    def apply_fn(params, carry, inputs):
+        carry, features = cell.apply(params[0], carry, inputs.obs)
+        return jnp.tanh(head.apply(params[1], features)), carry
 
     spec = PolicySpec(apply_fn=apply_fn, params=(cell_params, head_params), obs_dim=5, act_dim=2,
-                      action_low=-2.0, action_high=2.0, state_dim=8)
-    out = export_policy(spec, tmp_path / "recurrent")
+                      action_low=-2.0, action_high=2.0, initial_carry=np.zeros(8, np.float32))
+    return spec, export_policy(spec, tmp_path_factory.mktemp("gru") / "recurrent")
+
+
+def test_recurrent_policy_exports_its_state_as_inputs_and_outputs(gru_export):
+    spec, out = gru_export
     data = json.loads((out / "policy.json").read_text())
-    assert data["onnx"]["inputs"] == ["obs", "state_in"] and data["onnx"]["outputs"] == ["action", "state_out"]
-    assert data["state"]["dim"] == 8
+    assert data["onnx"]["inputs"] == ["obs", "prev_action", "prev_reward", "first", "carry_0"]
+    assert data["onnx"]["outputs"] == ["action", "policy_action", "next_carry_0"]
+    (leaf,) = data["state"]["carry"]
+    assert (leaf["input"], leaf["output"], leaf["shape"], leaf["dtype"]) == ("carry_0", "next_carry_0", [8], "float32")
+    assert leaf["initial"] == [0.0] * 8 and data["state"]["feedback"] == {"prev_action": "policy_action"}
 
     # An episode of 30 steps: the runner carries the state like a scan over the JAX policy does.
     observations = np.random.default_rng(0).normal(size=(30, 5)).astype(np.float32)
     step = policy_function(spec)
-    _, expected = jax.lax.scan(lambda h, o: step(o, h)[::-1], jnp.zeros(8), observations)
+    zero = (np.zeros(2, np.float32), np.float32(0), np.bool_(False))
+    _, expected = jax.lax.scan(lambda h, o: step(o, *zero, h)[::-2], jnp.zeros(8), observations)
     runner = PolicyRunner(out)
     actions = np.stack([runner(o) for o in observations])
     assert np.max(np.abs(actions - np.asarray(expected))) <= 1e-5
+    assert np.any(np.abs(runner.carry[0]) > 1e-3)
     runner.reset()
     np.testing.assert_allclose(runner(observations[0]), actions[0], atol=1e-6)
+
+    # policy.jax takes and returns the same arrays.
+    exported = jax.export.deserialize(bytearray((out / "policy.jax").read_bytes()))
+    batch = (observations[:4], np.zeros((4, 2), np.float32), np.ones(4, np.float32), np.ones(4, bool),
+             np.ones((4, 8), np.float32))
+    for got, want in zip(exported.call(*batch), jax.vmap(step)(*batch)):
+        np.testing.assert_allclose(np.asarray(got), np.asarray(want), atol=1e-6)
+
+
+def _broken_copy(out, tmp_path, edit):
+    """A copy of the export folder `out` whose policy.json `edit(data)` changed."""
+    import shutil
+
+    broken = tmp_path / "broken"
+    shutil.copytree(out, broken)
+    data = json.loads((broken / "policy.json").read_text())
+    edit(data)
+    (broken / "policy.json").write_text(json.dumps(data))
+    return broken
+
+
+@pytest.mark.parametrize("edit, field", [
+    (lambda d: d["state"]["carry"][0].pop("initial"), "'state.carry[0].initial' is missing"),
+    (lambda d: d["state"]["carry"][0].update(initial=[0.0] * 7), "'state.carry[0].initial' has shape [7]; expected shape [8]"),
+    (lambda d: d["state"]["carry"][0].update(shape=[9], initial=[0.0] * 9), "'state.carry[0].input' says input 'carry_0' is float32 [9]"),
+    (lambda d: d["state"]["carry"][0].update(input="carry_x"), "'state.carry[0].input' names input 'carry_x'"),
+    (lambda d: d["state"].pop("carry"), "'state.carry' is missing"),
+    (lambda d: d["state"]["inputs"].pop(1), "'state.inputs' names"),
+    (lambda d: d.update(state=None), "'state' does not describe the graph inputs"),
+], ids=["no-initial", "initial-shape", "shape-vs-graph", "input-name", "no-carry", "inputs", "no-state"])
+def test_a_damaged_recurrent_description_names_the_file_and_field(gru_export, tmp_path, capsys, edit, field):
+    broken = _broken_copy(gru_export[1], tmp_path, edit)
+    with pytest.raises(UserError, match=re.escape(f"policy.json: field {field}")):
+        PolicyRunner(broken)
+    # `mbrl deploy` reports it in one line and exits 2, before it touches a robot.
+    assert main(["deploy", str(broken), "--robot", "mujoco:Hopper-v5", "--max-steps", "1"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "policy.json: field" in err[0]
+
+
+def test_a_recurrent_spec_whose_carry_changes_shape_is_refused(tmp_path):
+    spec = PolicySpec(apply_fn=lambda p, c, i: (jnp.tanh(i.obs[:2]), jnp.concatenate([c, c])), params=(), obs_dim=4,
+                      act_dim=2, action_low=-1, action_high=1, initial_carry=np.zeros(3, np.float32))
+    with pytest.raises(ExportError, match=r"carry of \(shape, dtype\) \[\(\(6,\), 'float32'\)\], expected"):
+        export_policy(spec, tmp_path / "bad")
+    assert not (tmp_path / "bad").exists()
 
 
 def test_export_from_a_training_run_directory(tmp_path):
@@ -179,6 +240,67 @@ def test_export_from_a_training_run_directory(tmp_path):
     assert data["action"]["rescaled_from_unit_range"] is False
     runner = PolicyRunner(tmp_path / "exported")
     assert runner(np.zeros(11, np.float32)).shape == (3,)
+
+
+NEUBAY_TINY = {
+    "neubay": {"d_model": 8, "d_hidden": 4, "memory_layers": 2, "head_hidden": 8, "head_layers": 1, "num_critics": 2,
+               "sampled_critics": 2, "num_sequences": 2, "sequence_length": 4, "warmup_length": 4, "parallel_size": 4,
+               "tape_capacity": 8, "max_episode_steps": 20, "rollout_chunk": 5, "max_rollout_length": 10},
+    "ensemble": {"num_members": 2, "num_elites": 2, "hidden_dims": [8, 8]},
+    "fit": {"max_epochs": 1},
+    "schedule": {"epochs": 1, "updates_per_epoch": 2, "eval_every": 1, "eval_episodes": 1},
+    "logging": {"progress": False},
+}
+
+
+@pytest.fixture(scope="module")
+def neubay_run(tmp_path_factory):
+    """A tiny NEUBAY run (LRU memory, 2 layers) of `mbrl.train.run` on the sample dataset, then `mbrl export`."""
+    from mbrl import config as config_io
+    from mbrl import train
+
+    root = tmp_path_factory.mktemp("neubay")
+    train.run(config_io.build("neubay", str(SAMPLE_PATH), "quick", NEUBAY_TINY), root / "run", progress=False)
+    assert main(["export", str(root / "run"), "--out", str(root / "export")]) == 0
+    return root / "run", root / "export"
+
+
+def test_neubay_run_exports_with_its_carry_and_onnx_equals_jax_over_a_200_step_episode(neubay_run):
+    """The ONNX graph and the agent's own `act` (with its carry, previous action and reward) side by side
+    over 200 steps of a real Hopper-v5 episode, fed the same observations."""
+    import gymnasium
+
+    from agents.registry import make
+    from mbrl import config as config_io
+    from mbrl.core.types import PolicyInput
+
+    run_dir, out = neubay_run
+    data = json.loads((out / "policy.json").read_text())
+    assert data["metadata"]["algo"] == "neubay" and data["env_id"] == "Hopper-v5"
+    assert [leaf["shape"] for leaf in data["state"]["carry"]] == [[4, 2], [4, 2]]  # complex64 (4,) per LRU layer
+    assert data["state"]["carry"][0]["encoding"].startswith("complex64")
+
+    spec = load_policy_from_run(run_dir)
+    agent = make(config_io.load(run_dir / "config.json"), 11, 3)
+    act = jax.jit(lambda carry, inputs: agent.act(spec.params, carry, inputs, jax.random.PRNGKey(0), True))
+    env = gymnasium.make("Hopper-v5", max_episode_steps=200, terminate_when_unhealthy=False)
+    obs, _ = env.reset(seed=3)
+    runner = PolicyRunner(out)
+    runner.reset()
+    carry = agent.initial_carry(1)
+    prev_action, prev_reward = np.zeros((1, 3), np.float32), np.zeros(1, np.float32)
+    worst, steps, truncated = 0.0, 0, False
+    while not truncated:
+        obs = obs.astype(np.float32)
+        inputs = PolicyInput(np.clip(obs, spec.obs_low, spec.obs_high)[None], prev_action, prev_reward, np.array([steps == 0]))
+        u, carry = act(carry, inputs)
+        expected = np.clip(np.asarray(u[0]), spec.action_low, spec.action_high)
+        worst = max(worst, float(np.max(np.abs(runner(obs) - expected))))
+        obs, reward, _, truncated, _ = env.step(expected)
+        runner.give_reward(reward)
+        prev_action, prev_reward, steps = np.asarray(u), np.array([reward], np.float32), steps + 1
+    assert steps == 200 and worst <= 1e-5
+    np.testing.assert_allclose(runner.carry[1][0], np.stack([carry[1].real, carry[1].imag], axis=-1)[0], atol=1e-4)
 
 
 def test_export_errors_print_one_line_and_exit_2(tmp_path, capsys):
@@ -221,3 +343,36 @@ def test_translator_covers_the_operations_of_common_policies():
     obs, extra = rng.normal(size=(64, 4)).astype(np.float32), rng.normal(size=(64, 3)).astype(np.float32)
     (out,) = session.run(None, {"obs": obs, "extra": extra})
     np.testing.assert_allclose(out, np.asarray(jax.vmap(fn)(obs, extra)), atol=1e-5)
+
+
+def test_translator_covers_the_operations_of_recurrent_policies():
+    """A complex diagonal recurrence (an LRU's), layer norm, leaky ReLU, a scan, a scatter-add at a constant
+    index and a bool input, vs jax.vmap: complex values travel as real and imaginary parts."""
+    import flax.linen as nn
+    import onnxruntime
+
+    rng = np.random.default_rng(4)
+    lam = (0.9 * np.exp(1j * rng.uniform(0, 6.28, 4))).astype(np.complex64)
+    weights = rng.normal(size=(6, 4)).astype(np.float32)
+    norm = nn.LayerNorm()
+    norm_params = norm.init(jax.random.PRNGKey(0), jnp.zeros(6))
+
+    def fn(x, first, h):  # x (3, 6): a sequence of 3 steps; h (4, 2): a complex carry as (real, imaginary)
+        h = jax.lax.complex(h[..., 0], h[..., 1])
+        u = jax.nn.leaky_relu(norm.apply(norm_params, x))
+        bu = jax.lax.complex(u @ weights, jnp.tanh(u) @ weights)
+        decay = jnp.where(first, 0.0, lam).astype(jnp.complex64)
+        bu = bu.at[0].add(decay * h)
+        last, hs = jax.lax.scan(lambda c, b: (decay * c + b,) * 2, jnp.zeros_like(h), bu)
+        _, back = jax.lax.scan(lambda c, v: (c + v, c * v), jnp.zeros(4), hs.real, reverse=True)
+        return jnp.concatenate([hs.imag.sum(0), back[0]]), jnp.stack([last.real, last.imag], axis=-1)
+
+    examples = [np.zeros((3, 6), np.float32), np.zeros((), bool), np.zeros((4, 2), np.float32)]
+    model = to_onnx(fn, examples, ["x", "first", "h"], ["y", "h_next"])
+    session = onnxruntime.InferenceSession(model.SerializeToString())
+    feeds = {"x": rng.normal(size=(16, 3, 6)).astype(np.float32), "first": np.arange(16) % 3 == 0,
+             "h": rng.normal(size=(16, 4, 2)).astype(np.float32)}
+    for got, want in zip(session.run(None, feeds), jax.vmap(fn)(*feeds.values())):
+        np.testing.assert_allclose(got, np.asarray(want), rtol=1e-5, atol=1e-5)  # float32 round-off
+    with pytest.raises(OnnxExportError, match="'exp' on complex values"):
+        to_onnx(lambda h: jnp.exp(jax.lax.complex(h, h)).real, [np.zeros(3, np.float32)], ["h"], ["out"])

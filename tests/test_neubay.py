@@ -20,9 +20,11 @@ from mbrl import config as config_io
 from mbrl.core import sequence_replay
 from mbrl.config import ScheduleConfig, TrainConfig
 from mbrl.core.errors import ConfigError
-from mbrl.train_neubay import NeubayTrainer, posterior_members
+from mbrl.imagination import ExploringPolicy, posterior_members, start_steps
+from mbrl.train import Trainer, hypers_of
 from mbrl.core.types import Transitions
-from world_models.rollout import PolicyInput, warm_up
+from mbrl.core.types import PolicyInput
+from world_models.rollout import warm_up
 
 OBS, ACT, HORIZON = 4, 2, 24
 EPISODE_LENGTHS = (24, 9, 17, 3)
@@ -49,7 +51,7 @@ def _dataset(seed=0) -> tuple[Transitions, np.ndarray]:
 @pytest.fixture(scope="module")
 def trainer():
     config = TrainConfig(algo="neubay", neubay=TINY, schedule=ScheduleConfig(epochs=1, updates_per_epoch=3))
-    return NeubayTrainer(config, OBS, ACT)
+    return Trainer(config, OBS, ACT)
 
 
 @pytest.fixture(scope="module")
@@ -60,6 +62,16 @@ def real():
 @pytest.fixture(scope="module")
 def agent_state(trainer):
     return jax.jit(trainer.agent.init)(jax.random.PRNGKey(0))
+
+
+def _collect(trainer, agent_state, tape, real, model, key):
+    """One collect of `trainer`'s sequence part: (tape, the collect's stats, the threshold)."""
+    part = trainer.part
+    hypers = hypers_of(trainer.config)
+    sorted_u = part.prepare(model, real)
+    collect = jax.jit(lambda a, t, k: part.collect(a, t, part.initial_counters(), real, model, sorted_u, hypers, k))
+    tape, counters, _, _ = collect(agent_state, tape, key)
+    return tape, counters.last, part.threshold(sorted_u, hypers)
 
 
 def _world_model():
@@ -89,10 +101,9 @@ def _world_model():
 def collected(trainer, real, agent_state):
     """One collect of 8 trajectories from the dataset's prefixes, in the elites of the real ensemble."""
     model = _world_model()
-    threshold = trainer.threshold(model, real)
     posterior = posterior_members(model)
     tape = sequence_replay.empty(TINY.tape_capacity, HORIZON, OBS, ACT)
-    tape, stats = jax.jit(trainer.collect)(agent_state, tape, real, posterior, threshold, jax.random.PRNGKey(3))
+    tape, stats, threshold = _collect(trainer, agent_state, tape, real, model, jax.random.PRNGKey(3))
     return model, posterior, threshold, tape, stats
 
 
@@ -117,10 +128,10 @@ def test_warm_up_on_the_real_prefix_reproduces_the_hidden_state_of_the_sequence(
     at = np.clip(at, 0, HORIZON)
     take = lambda field: jnp.asarray(np.asarray(field)[episode[None, :], at])  # noqa: E731
     prefix = Transitions(take(real.obs), take(real.action), take(real.reward), take(real.obs), mask & False, mask & False)
-    start = warm_up(jax.random.PRNGKey(1), agent, actor, agent.initial_carry(batch), prefix, jnp.asarray(mask))
+    start = warm_up(jax.random.PRNGKey(1), ExploringPolicy(agent), actor, agent.initial_carry(batch), prefix, jnp.asarray(mask))
     # Acting from the warmed state at step p ...
     inputs = PolicyInput(real.obs[episode, steps], start.prev_action, start.prev_reward, start.first)
-    step = jax.jit(lambda c, i: agent.policy_step(actor, c, i, jax.random.PRNGKey(2), deterministic=True))
+    step = jax.jit(lambda c, i: agent.act(actor, c, i, jax.random.PRNGKey(2), deterministic=True))
     action, carry = step(start.carry, inputs)
     # ... equals the sequence pass of training over the episode's steps 0..p (a window with full history).
     window = sequence_replay.window(real, jnp.asarray(episode), jnp.asarray(steps), length=1, warmup=HORIZON)
@@ -170,8 +181,6 @@ def test_truncation_never_lets_epistemic_std_exceed_the_threshold(collected):
 
 
 def test_starts_are_uniform_over_the_observations_their_last_included(real):
-    from mbrl.train_neubay import start_steps
-
     episode, step = jax.device_get(jax.jit(start_steps, static_argnums=2)(real, jax.random.PRNGKey(0), 4000))
     length = np.asarray(real.length)[episode]
     assert np.all(step >= 0) and np.all(step <= length) and np.all(episode < int(real.size))
@@ -188,18 +197,18 @@ def test_an_epoch_spends_its_budget_collecting_whenever_the_credit_runs_out(real
     # the epoch's 3 updates take 3 collects, all of which fit on the tape.
     cfg = dataclasses.replace(TINY, utd=1e-4, tape_capacity=64)
     config = TrainConfig(algo="neubay", neubay=cfg, schedule=ScheduleConfig(epochs=1, updates_per_epoch=3))
-    trainer = NeubayTrainer(config, OBS, ACT)
+    trainer = Trainer(config, OBS, ACT)
     model = _world_model()
-    state, metrics = jax.jit(trainer.epoch)(trainer.init_state(jax.random.PRNGKey(4)), real, model,
-                                            trainer.threshold(model, real))
+    state, metrics = jax.jit(trainer.epoch)(trainer.init_state(jax.random.PRNGKey(4), hypers_of(config)), real, model,
+                                            trainer.part.prepare(model, real))
     for name, value in metrics.items():
         assert np.isfinite(np.asarray(value)).all(), name
     assert int(state.agent.step) == 3 and int(state.credit) == 0
-    assert float(metrics["collects"]) == 3 == int(state.collects)
+    assert float(metrics["collects"]) == 3 == int(state.counters.collects)
     # The epoch's mean imagined length is over every trajectory it collected (rows without any
     # transition are not stored, and count as 0), not only over the last collect's 8.
-    imagined, _ = _imagined(state.tape)
-    assert 0 < int(state.tape.size) <= 3 * cfg.parallel_size
+    imagined, _ = _imagined(state.store)
+    assert 0 < int(state.store.size) <= 3 * cfg.parallel_size
     np.testing.assert_allclose(float(metrics["imagined_length_mean_epoch"]), imagined.sum() / (3 * cfg.parallel_size),
                                rtol=1e-6)
 
@@ -207,11 +216,10 @@ def test_an_epoch_spends_its_budget_collecting_whenever_the_credit_runs_out(real
 def test_without_model_noise_each_imagined_step_is_its_members_mean(real, agent_state):
     config = TrainConfig(algo="neubay", neubay=dataclasses.replace(TINY, model_noise=False),
                          schedule=ScheduleConfig(epochs=1, updates_per_epoch=3))
-    trainer = NeubayTrainer(config, OBS, ACT)
+    trainer = Trainer(config, OBS, ACT)
     model = _world_model()
     tape = sequence_replay.empty(TINY.tape_capacity, HORIZON, OBS, ACT)
-    tape, _ = jax.jit(trainer.collect)(agent_state, tape, real, posterior_members(model), trainer.threshold(model, real),
-                                       jax.random.PRNGKey(3))
+    tape, _, _ = _collect(trainer, agent_state, tape, real, model, jax.random.PRNGKey(3))
     imagined, _ = _imagined(tape)
     rows, steps = np.nonzero(imagined)
     assert len(rows) > 0
@@ -256,8 +264,8 @@ def test_actor_bc_term_equals_a_direct_computation_on_the_real_training_steps(tr
     params = agent_state.actor_params
     features = trainer.agent.encode(params["encoder"], batch)
     args = (params["head"], features, agent_state.critic_params, agent_state.log_alpha, batch, jax.random.PRNGKey(9))
-    loss, (*_, extra) = anchored.actor_loss(*args)
-    plain_loss, (*_, plain_extra) = trainer.agent.actor_loss(*args)
+    loss, (*_, extra) = anchored.actor_loss(*args, anchored.hypers()["neubay"])
+    plain_loss, (*_, plain_extra) = trainer.agent.actor_loss(*args, trainer.agent.hypers()["neubay"])
     assert plain_extra == {}
 
     w, n = trainer.agent._split(batch)

@@ -79,21 +79,6 @@ def test_sample_returns_only_written_slots():
     assert set(ids) == set(range(136, 200))
 
 
-def test_mixed_sample_takes_the_real_fraction_from_real_data():
-    real = replay.from_transitions(_rows(np.arange(1, 41)))
-    model = replay.insert(replay.empty(100, OBS, ACT), _rows(np.arange(1001, 1031)), jnp.ones(30, bool))
-    batch = replay.sample_mixed(real, model, jax.random.PRNGKey(0), 256, 0.05)
-    ids = np.asarray(batch.reward)
-    assert ids.shape == (256,) and replay.real_count(256, 0.05) == 13
-    assert ((ids[:13] >= 1) & (ids[:13] <= 40)).all()
-    assert ((ids[13:] >= 1001) & (ids[13:] <= 1030)).all()
-    _check_consistent(batch, ids)
-    only_model = replay.sample_mixed(real, model, jax.random.PRNGKey(0), 16, 0.0)
-    assert (np.asarray(only_model.reward) > 1000).all()
-    with pytest.raises(ConfigError, match="real_fraction"):
-        replay.sample_mixed(real, model, jax.random.PRNGKey(0), 16, 1.5)
-
-
 def test_buffers_vmap_over_seeds():
     seeds = 3
     buffers = jax.vmap(lambda _: replay.empty(8, OBS, ACT))(jnp.arange(seeds))

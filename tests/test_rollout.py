@@ -160,7 +160,7 @@ def start_obs():
 
 
 HORIZON = 40
-EXACT = RolloutConfig(member_mode="per_trajectory", deterministic=True, penalty_coef=0.5)
+EXACT = RolloutConfig(member_mode="per_trajectory", deterministic=True)
 
 
 @pytest.fixture(scope="module")
@@ -195,7 +195,7 @@ def test_rollout_reproduces_the_true_trajectories(system, start_obs, exact_run):
     reasons = set()
     for b in range(start_obs.shape[0]):
         rows = _python_rollout(
-            system, params, start_obs[b], h0[b], int(members[b]), HORIZON, 4.0, int(max_length[b]), 0.5
+            system, params, start_obs[b], h0[b], int(members[b]), HORIZON, 4.0, int(max_length[b]), 0.0
         )
         n = len(rows)
         assert int(out.stats.lengths[b]) == n
@@ -231,9 +231,9 @@ def test_truncation_happens_exactly_where_u_crosses_the_threshold(exact_run):
         assert out.transitions.timeout[lengths[b] - 1, b] or lengths[b] == 0
 
 
-def test_penalty_is_lambda_times_u(exact_run):
-    out = exact_run[0]
-    np.testing.assert_allclose(out.transitions.reward, out.raw_reward - 0.5 * out.uncertainty, rtol=1e-6, atol=1e-6)
+def test_the_stored_reward_is_the_models(exact_run):
+    out = exact_run[0]  # a penalty is the algorithm's (MOPO's model_reward), not the rollout's
+    np.testing.assert_array_equal(out.transitions.reward, out.raw_reward)
 
 
 @pytest.fixture(scope="module")
@@ -355,7 +355,7 @@ def test_batch_slices_and_stats_outputs_keep_the_rollout(system, start_obs, exac
     batch = start_obs.shape[0]
     start = RecurrentStart(h0, jnp.zeros((batch, ACT)), jnp.zeros(batch), jnp.zeros(batch, bool))
     cfg = RolloutConfig(
-        member_mode="per_trajectory", deterministic=True, penalty_coef=0.5, batch_chunk=4, outputs="stats"
+        member_mode="per_trajectory", deterministic=True, batch_chunk=4, outputs="stats"
     )
     sliced = rollout(
         jax.random.PRNGKey(0),

@@ -1,7 +1,7 @@
 """The training loop on a tiny real dataset: resume equals the uninterrupted run, vmapped seeds equal
 single runs, MOPO's model buffer holds r - λ·u, and the run directory and CLI behave.
 
-The dataset is written here in D4RL layout with h5py from a real Hopper-v5 run of a random policy;
+The dataset (conftest's `hopper_tiny_path`) is in D4RL layout, written with h5py from a real Hopper-v5 run of a random policy;
 one small world model is fitted once per module and reused through `--world-model`.
 """
 
@@ -11,18 +11,18 @@ import json
 import os
 import signal
 
-import gymnasium
-import h5py
 import jax
 import numpy as np
 import pytest
 
+from agents import registry
 from mbrl import config as config_io
 from mbrl import datasets
 from mbrl.checkpoint import Checkpointer
 from mbrl.cli import main as cli_main
-from mbrl.train import run, trainer_for
-from world_models.rollout import MarkovPolicy, rollout
+from mbrl.imagination import ExploringPolicy
+from mbrl.train import hypers_of, member_config, run, train_population, trainer_for
+from world_models.rollout import rollout
 
 EPOCHS = 4
 TINY = {
@@ -38,33 +38,14 @@ TINY = {
 
 
 def tiny_config(algo="mopo", dataset="hopper-tiny.hdf5", **top):
-    return config_io.build(algo, dataset, "quick", {**TINY, **top})
+    """TINY's sections that `algo` reads (another algorithm's options are refused)."""
+    own = set(registry.entry(algo).sections) | set(registry.COMMON_SECTIONS)
+    return config_io.build(algo, dataset, "quick", {**{k: v for k, v in TINY.items() if k in own}, **top})
 
 
 @pytest.fixture(scope="module")
-def dataset_path(tmp_path_factory):
-    """600 steps of Hopper-v5 under uniform random actions, as a D4RL-layout file."""
-    env = gymnasium.make("Hopper-v5", max_episode_steps=100)
-    rng = np.random.default_rng(0)
-    rows = {k: [] for k in ("observations", "actions", "rewards", "next_observations", "terminals", "timeouts")}
-    obs, _ = env.reset(seed=0)
-    episode = 0
-    while len(rows["rewards"]) < 600:
-        action = rng.uniform(-1, 1, 3).astype(np.float32)
-        next_obs, reward, terminated, truncated, _ = env.step(action)
-        for key, value in zip(rows, (obs, action, reward, next_obs, terminated, truncated and not terminated)):
-            rows[key].append(value)
-        obs = next_obs
-        if terminated or truncated:
-            episode += 1
-            obs, _ = env.reset(seed=episode)
-    path = tmp_path_factory.mktemp("data") / "hopper-tiny.hdf5"
-    with h5py.File(path, "w") as f:
-        for key, values in rows.items():
-            dtype = bool if key in ("terminals", "timeouts") else np.float32
-            f.create_dataset(key, data=np.asarray(values, dtype))
-        f.attrs["env_id"] = "Hopper-v5"
-    return path
+def dataset_path(hopper_tiny_path):
+    return hopper_tiny_path
 
 
 @pytest.fixture(scope="module")
@@ -149,17 +130,18 @@ def test_mopo_model_buffer_holds_the_penalised_reward(full_run, dataset, world_m
 
     config = full_run.config
     trainer = trainer_for(config, dataset.info.obs_dim, dataset.info.act_dim)
+    part, hypers = trainer.part, hypers_of(config)
     model = WorldModel.load(world_model_dir, TASKS["hopper"].termination_fn)
-    state = jax.tree.map(lambda x: x[0], trainer.initial_state([0]))
-    real = datasets_buffer(dataset)
+    agent_state = trainer.agent.init(jax.random.PRNGKey(0), hypers)
+    real = trainer.real_data(dataset)
     key = jax.random.PRNGKey(7)
-    buffer, _ = jax.jit(trainer.imagine)(state, real, model, key)
+    buffer, *_ = jax.jit(lambda a, k: part.collect(a, part.empty(), (), real, model, None, hypers, k))(agent_state, key)
 
     # The same rollout, by hand: same key split, same start states, same policy.
     start_key, rollout_key = jax.random.split(key)
     starts = jax.random.randint(start_key, (config.imagination.rollouts_per_epoch,), 0, real.size)
-    imagined = rollout(rollout_key, model, MarkovPolicy(trainer._rollout_act), state.agent.actor_params,
-                       real.data.obs[starts], config.imagination.horizon, trainer.rollout_config)
+    imagined = rollout(rollout_key, model, ExploringPolicy(trainer.agent), agent_state.actor_params,
+                       real.data.obs[starts], config.imagination.horizon, part.rollout_config)
     valid = np.asarray(imagined.valid).reshape(-1)
     raw = np.asarray(imagined.raw_reward).reshape(-1)[valid]
     u = np.asarray(imagined.uncertainty).reshape(-1)[valid]
@@ -167,10 +149,54 @@ def test_mopo_model_buffer_holds_the_penalised_reward(full_run, dataset, world_m
     np.testing.assert_allclose(np.asarray(buffer.data.reward[: valid.sum()]), raw - config.mopo.penalty_coef * u, rtol=1e-5, atol=1e-5)
 
 
-def datasets_buffer(dataset):
-    from mbrl.train import real_buffer
+def test_mixed_batches_put_the_real_rows_first(full_run, dataset):
+    """The BC anchor imitates the leading `num_real` rows of each batch: they must be the dataset's."""
+    from mbrl.core import replay
+    from mbrl.core.types import Transitions
 
-    return real_buffer(dataset.transitions)
+    trainer = trainer_for(full_run.config, dataset.info.obs_dim, dataset.info.act_dim)
+    part = trainer.part
+    real = trainer.real_data(dataset)
+    size = part.capacity
+    marked = Transitions(obs=np.zeros((size, dataset.info.obs_dim), np.float32),
+                         action=np.zeros((size, dataset.info.act_dim), np.float32),
+                         reward=np.full(size, -1e6, np.float32), next_obs=np.zeros((size, dataset.info.obs_dim), np.float32),
+                         terminal=np.zeros(size, bool), timeout=np.zeros(size, bool))
+    store = replay.insert(part.empty(), marked, np.ones(size, bool))
+    batches = part.sample(real, store, jax.random.PRNGKey(3), 5)
+    reward = np.asarray(batches.reward)
+    assert reward.shape == (5, full_run.config.sac.batch_size) and 0 < part.num_real < reward.shape[1]
+    assert part.num_real == round(full_run.config.sac.batch_size * full_run.config.imagination.real_ratio)
+    assert np.isin(reward[:, : part.num_real], np.asarray(dataset.transitions.reward)).all()
+    assert (reward[:, part.num_real :] == -1e6).all()
+
+
+def test_a_population_of_configurations_equals_the_separate_runs(full_run, dataset, world_model_dir):
+    """Three MOPO members with different lambda and learning rates in one program: each member's metrics are
+    those of its own run, to float tolerance (a vmapped matmul may round differently)."""
+    config = config_io._apply(full_run.config, {"schedule": {"epochs": 2, "eval_every": 2}})
+    hypers = [{"mopo": {"penalty_coef": 0.5}, "sac": {"actor_lr": 1e-4}},
+              {"mopo": {"penalty_coef": 2.0}, "sac": {"critic_lr": 1e-3}},
+              {"mopo": {"penalty_coef": 1.0}, "sac": {"actor_lr": 3e-3, "alpha_lr": 1e-3}}]
+    seeds = [0, 0, 1]
+    together = train_population(config, hypers, seeds, dataset=dataset, world_model=world_model_dir)
+    assert [c.mopo.penalty_coef for c in together.configs] == [0.5, 2.0, 1.0]
+    apart = [train_population(config, [h], [s], dataset=dataset, world_model=world_model_dir) for h, s in zip(hypers, seeds)]
+    for epoch, record in enumerate(together.records):
+        for name, values in record["train"].items():
+            expected = [single.records[epoch]["train"][name][0] for single in apart]
+            np.testing.assert_allclose(values, expected, rtol=2e-3, atol=1e-4, err_msg=f"epoch {epoch + 1} {name}")
+    alone = [single.records[-1]["eval"]["return_mean"][0] for single in apart]
+    np.testing.assert_allclose(together.records[-1]["eval"]["return_mean"], alone, rtol=1e-2, atol=0.05)
+    # The members really differ: lambda changes the stored model rewards.
+    rewards = together.records[-1]["train"]["model_reward"]
+    assert len(set(np.round(rewards, 6))) == 3 or len(set(together.records[-1]["train"]["critic_loss"])) == 3
+    from mbrl.core.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="sac.num_critics"):
+        member_config(config, {"sac": {"num_critics": 4}})
+    with pytest.raises(ConfigError, match="term"):
+        member_config(config, {"sac": {"actor_bc_coef": 0.0}})
 
 
 def test_cli_rejects_bad_options_with_one_line(capsys, tmp_path):

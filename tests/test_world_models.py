@@ -18,6 +18,7 @@ from mbrl.core.errors import DatasetError, UserError
 from mbrl.core.types import Transitions
 from world_models.ensemble import EnsembleConfig, GaussianEnsemble
 from world_models.fit import FitConfig, fit_ensemble, fit_world_model, member_holdout_mse
+from world_models.metrics import holdout_metrics, open_loop_errors
 from world_models.model import Normalizer, WorldModel
 from world_models.uncertainty import MEASURES
 
@@ -95,6 +96,47 @@ def test_two_sigma_coverage_is_calibrated(fitted, holdout):
     coverage_1 = np.mean(z[elites] <= 1.0)
     assert 0.85 <= coverage_2 <= 0.99, coverage_2
     assert 0.55 <= coverage_1 <= 0.8, coverage_1
+
+
+# -------------------------------------------------------------------------------------------------
+# world_models.metrics (what `mbrl model eval` reports)
+
+
+def test_holdout_metrics_equal_direct_numpy_and_the_fits_own_holdout_mse(fitted, holdout):
+    model = fitted.model
+    metrics = holdout_metrics(model, holdout)
+    means, stds = predictions(model, holdout)
+    error = means - targets_of(holdout)[None]
+    z = np.abs(error) / stds
+    np.testing.assert_allclose(metrics["mse_raw"], np.mean(error**2, axis=(1, 2)), rtol=1e-6)
+    np.testing.assert_allclose(metrics["coverage_1sigma"], np.mean(z <= 1.0, axis=(1, 2)))
+    np.testing.assert_allclose(metrics["coverage_2sigma"], np.mean(z <= 2.0, axis=(1, 2)))
+    # Standardised units are those the fit ranks its elites by.
+    np.testing.assert_allclose(metrics["mse"], model.info.holdout_mse, rtol=1e-3)
+
+
+def test_open_loop_errors_follow_the_elites_mean_and_count_the_starts_that_fit(fitted, data):
+    model = fitted.model
+    rows = data.slice(slice(0, 120))
+    starts = np.array([0, 30, 80])  # episodes of 30, 50 and 40 steps; 0 and 2 are held out
+    errors = open_loop_errors(model, rows, starts, [0, 2], horizons=(1, 2, 5, 100))
+    assert {k: n for k, (_, n) in errors.items()} == {1: 70, 2: 68, 5: 62, 100: 0}
+    assert errors[100][0] is None
+
+    # Directly: from every start, two steps of obs + the elites' mean predicted delta, fed the real actions.
+    elites = np.asarray(model.elites)
+    begin = np.concatenate([np.arange(0, 30), np.arange(80, 120)])
+    first, _ = predictions(model, rows.slice(begin))
+    one = rows.obs[begin] + first[elites].mean(axis=0)[:, :OBS_DIM]
+    np.testing.assert_allclose(errors[1][0], np.mean((one - rows.next_obs[begin]) ** 2), rtol=1e-4)
+    keep = np.isin(begin + 1, np.concatenate([np.arange(1, 30), np.arange(81, 120)]))  # a second real step left
+    second = np.asarray(_member_predictions(model, jnp.asarray(one[keep], jnp.float32), jnp.asarray(rows.action[begin[keep] + 1]))[0])
+    two = one[keep] + second[elites].mean(axis=0)[:, :OBS_DIM]
+    np.testing.assert_allclose(errors[2][0], np.mean((two - rows.next_obs[begin[keep] + 1]) ** 2), rtol=1e-4)
+
+    thinned = open_loop_errors(model, rows, starts, [0, 2], horizons=(1, 2, 5, 100), max_starts=10)
+    assert thinned[1][1] == 10 and thinned[100] == (None, 0)
+    assert open_loop_errors(model, rows, starts, [], horizons=(1, 5)) == {1: (None, 0), 5: (None, 0)}
 
 
 def test_epistemic_std_grows_far_from_data(fitted, holdout):
@@ -187,7 +229,6 @@ def test_uncertainty_measures_equal_direct_numpy():
         got = np.asarray(fn(jnp.asarray(means, jnp.float32), jnp.asarray(stds, jnp.float32)))
         assert got.shape == (b,)
         np.testing.assert_allclose(got, expected[name], rtol=1e-4, err_msg=name)
-        assert fn.__doc__ and "20" in fn.__doc__, f"{name} must cite its paper"
 
 
 # -------------------------------------------------------------------------------------------------
@@ -282,12 +323,14 @@ def test_fit_refuses_non_finite_data(data):
 def test_configs_refuse_bad_options():
     from mbrl.core.errors import ConfigError
 
-    with pytest.raises(ConfigError, match="num_elites"):
+    with pytest.raises(ConfigError, match=r"ensemble\.num_elites: .*\[1, num_members=3\], found 4"):
         EnsembleConfig(num_members=3, num_elites=4)
-    with pytest.raises(ConfigError, match="weight_decays"):
+    with pytest.raises(ConfigError, match=r"ensemble\.weight_decays: expected one value per dense layer \(3"):
         EnsembleConfig(hidden_dims=(8, 8), weight_decays=(1e-5,))
-    with pytest.raises(ConfigError, match="sampling"):
+    with pytest.raises(ConfigError, match=r"fit\.sampling: .*'jackknife'"):
         FitConfig(sampling="jackknife")
+    with pytest.raises(ConfigError, match=r"fit\.learning_rate: expected a value > 0, found 0"):
+        FitConfig(learning_rate=0.0)
     with pytest.raises(ConfigError, match="uncertainty measure"):
         WorldModel.step(
             WorldModel(
@@ -330,8 +373,9 @@ def test_model_fit_and_eval_commands(tmp_path, capsys):
 
     out = tmp_path / "hopper-model"
     code = main(
-        ["model", "fit", "--dataset", str(SAMPLE_PATH), "--out", str(out), "--max-epochs", "3",
-         "--members", "3", "--elites", "2", "--layers", "1", "--width", "16", "--layer-norm", "--no-progress"]
+        ["model", "fit", "--dataset", str(SAMPLE_PATH), "--out", str(out), "--fit.max-epochs", "3",
+         "--ensemble.num-members", "3", "--ensemble.num-elites", "2", "--ensemble.hidden-dims", "16",
+         "--ensemble.layer-norm", "True", "--no-progress"]
     )  # fmt: skip
     assert code == 0
     summary = json.loads(capsys.readouterr().out.strip().splitlines()[-1])

@@ -32,11 +32,16 @@ NEUBAY_LOG_STD_RANGE = (-5.0, 0.25)
 class EnsembleConfig:
     """Architecture of the dynamics ensemble.
 
+    num_members / num_elites: members trained, and the ones with the lowest holdout MSE that rollouts use.
+    hidden_dims: hidden layer widths of every member.
+    activation: of the hidden layers (silu, relu, ...; `mbrl.core.nn.ACTIVATIONS`).
     layer_norm: LayerNorm after every hidden layer and a fixed soft log-σ range [-5, 0.25]
         (NEUBAY's choice for long rollouts) instead of learned log-variance bounds.
     weight_decays: L2 coefficient per dense layer (hidden layers then output); None gives
         MOPO's list for 4 hidden layers, else a linear ramp over the same range.
     learned_termination: add a termination logit head (for tasks with no known function).
+    logvar_init_max / logvar_init_min / logvar_bound_penalty: the learned log-variance bounds' initial
+        values and the weight of their penalty (without layer_norm).
     """
 
     num_members: int = 7
@@ -51,18 +56,18 @@ class EnsembleConfig:
     learned_termination: bool = False
 
     def __post_init__(self):
-        if self.num_members < 1:
-            raise ConfigError(f"num_members must be >= 1, got {self.num_members}")
+        if isinstance(self.num_members, bool) or not isinstance(self.num_members, int) or self.num_members < 1:
+            raise ConfigError(f"ensemble.num_members: expected a positive int, found {self.num_members!r}")
         if not 1 <= self.num_elites <= self.num_members:
-            raise ConfigError(f"num_elites must be in [1, num_members={self.num_members}], got {self.num_elites}")
+            raise ConfigError(f"ensemble.num_elites: expected a value in [1, num_members={self.num_members}], found {self.num_elites}")
         if not self.hidden_dims or any(int(w) < 1 for w in self.hidden_dims):
-            raise ConfigError(f"hidden_dims must be a non-empty list of positive widths, got {self.hidden_dims}")
+            raise ConfigError(f"ensemble.hidden_dims: expected positive widths, found {tuple(self.hidden_dims)}")
         if self.activation not in ACTIVATIONS:
-            raise ConfigError(f"unknown activation '{self.activation}'; expected one of: {', '.join(ACTIVATIONS)}")
+            raise ConfigError(f"ensemble.activation: expected one of {', '.join(ACTIVATIONS)}, found {self.activation!r}")
         if self.weight_decays is not None and len(self.weight_decays) != len(self.hidden_dims) + 1:
             raise ConfigError(
-                f"weight_decays needs one value per dense layer ({len(self.hidden_dims) + 1}), "
-                f"got {len(self.weight_decays)}"
+                f"ensemble.weight_decays: expected one value per dense layer ({len(self.hidden_dims) + 1}: the hidden "
+                f"layers and the output), found {len(self.weight_decays)}"
             )
 
     @property

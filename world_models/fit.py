@@ -45,6 +45,8 @@ class FitConfig:
     max_epochs / max_seconds: hard limits on top of early stopping (None: no limit).
     patience / min_improvement: stop after `patience` epochs in which no member improved its
         holdout MSE by more than `min_improvement` (relative).
+    batch_size / learning_rate: minibatch per member and Adam's learning rate.
+    seed: of the split, the initial weights and the minibatch order.
     """
 
     holdout_ratio: float = 0.2
@@ -61,17 +63,20 @@ class FitConfig:
 
     def __post_init__(self):
         if not 0.0 < self.holdout_ratio < 1.0:
-            raise ConfigError(f"holdout_ratio must be in (0, 1), got {self.holdout_ratio}")
-        if self.max_holdout < 1:
-            raise ConfigError(f"max_holdout must be >= 1, got {self.max_holdout}")
+            raise ConfigError(f"fit.holdout_ratio: expected a value in (0, 1), found {self.holdout_ratio}")
+        for name in ("max_holdout", "batch_size", "patience"):
+            if getattr(self, name) < 1:
+                raise ConfigError(f"fit.{name}: expected a positive int, found {getattr(self, name)}")
         if self.sampling not in ("bootstrap", "permutation"):
-            raise ConfigError(f"unknown sampling '{self.sampling}'; expected 'bootstrap' or 'permutation'")
-        if self.batch_size < 1 or self.learning_rate <= 0.0 or self.patience < 1:
-            raise ConfigError("batch_size and patience must be >= 1 and learning_rate > 0")
+            raise ConfigError(f"fit.sampling: expected 'bootstrap' or 'permutation', found {self.sampling!r}")
+        if not self.learning_rate > 0.0:
+            raise ConfigError(f"fit.learning_rate: expected a value > 0, found {self.learning_rate}")
         if self.max_epochs is not None and self.max_epochs < 1:
-            raise ConfigError(f"max_epochs must be >= 1 or None, got {self.max_epochs}")
+            raise ConfigError(f"fit.max_epochs: expected a positive int or None, found {self.max_epochs}")
+        if self.max_seconds is not None and self.max_seconds < 0:
+            raise ConfigError(f"fit.max_seconds: expected a value >= 0 or None, found {self.max_seconds}")
         if self.eval_episodes < 0:
-            raise ConfigError(f"eval_episodes must be >= 0, got {self.eval_episodes}")
+            raise ConfigError(f"fit.eval_episodes: expected an int >= 0, found {self.eval_episodes}")
 
 
 @struct.dataclass

@@ -13,7 +13,8 @@ Step semantics (what "valid" means; the tests pin every rule down):
   valid step never has u above the threshold (what NEUBAY needs). Non-finite predictions cut the same way.
 - `timeout` marks the last valid step of a trajectory that ended without a terminal (cut by the
   horizon, `max_length` or the threshold): the agent should bootstrap there.
-- `reward` is penalised: reward - penalty_coef * u; `raw_reward` keeps the model's reward.
+- `reward` is the model's reward (`raw_reward` too): a penalty is the algorithm's business
+  (`agents.mopo.penalized_reward`), applied where the rows are stored.
 - Dead lanes keep being computed (static shapes) on a frozen state; their records are masked out.
 
 Policy functions have the signature `policy_fn(policy_state, carry, inputs: PolicyInput, key) ->
@@ -52,7 +53,6 @@ class RolloutConfig:
         "per_trajectory" fixes one member per trajectory for the whole rollout (NEUBAY's posterior
         sample), drawn from `member_pool` unless `members=` is given to `rollout`.
     uncertainty: a measure name of `world_models.uncertainty.MEASURES`, used for penalty and cut.
-    penalty_coef: lambda in reward - lambda * u (0 for RAVL and NEUBAY).
     threshold: cut a trajectory before a step whose u exceeds this. A value known only at run time
         (a data quantile, see `uncertainty_threshold`) is better passed as `rollout(threshold=...)`,
         which does not recompile when it changes.
@@ -66,7 +66,6 @@ class RolloutConfig:
     member_mode: str = "per_sample"
     member_pool: str = "elites"
     uncertainty: str = "aleatoric_max"
-    penalty_coef: float = 0.0
     threshold: float | None = None
     deterministic: bool = False
     outputs: str = "transitions"
@@ -76,8 +75,6 @@ class RolloutConfig:
         for name, allowed in (("member_mode", MEMBER_MODES), ("member_pool", MEMBER_POOLS), ("outputs", OUTPUTS)):
             if getattr(self, name) not in allowed:
                 raise ConfigError(f"RolloutConfig.{name}: expected one of {allowed}, found {getattr(self, name)!r}")
-        if self.penalty_coef < 0:
-            raise ConfigError(f"RolloutConfig.penalty_coef: expected >= 0, found {self.penalty_coef}")
         if self.batch_chunk is not None and self.batch_chunk < 1:
             raise ConfigError(f"RolloutConfig.batch_chunk: expected a positive int or None, found {self.batch_chunk}")
         try:
@@ -163,7 +160,7 @@ class RolloutStats:
 class ImaginedBatch:
     """A rollout's records, time-major (H, B, ...)."""
 
-    transitions: Transitions | None  # None when cfg.outputs == "stats"; reward is penalised
+    transitions: Transitions | None  # None when cfg.outputs == "stats"
     raw_reward: jax.Array  # (H, B)
     uncertainty: jax.Array  # (H, B)
     valid: jax.Array  # (H, B) bool
@@ -225,8 +222,7 @@ def _one_step(world_model, policy_fn, policy_state, cfg, horizon, state, members
     )
     record = _Step(valid=valid, terminal=terminal, raw_reward=raw_reward, uncertainty=u)
     if cfg.outputs == "transitions":
-        reward = raw_reward - cfg.penalty_coef * u if cfg.penalty_coef else raw_reward
-        record = record.replace(obs=state.obs, action=action, reward=reward, next_obs=out.next_obs)
+        record = record.replace(obs=state.obs, action=action, reward=raw_reward, next_obs=out.next_obs)
     return new_state, record
 
 
@@ -403,8 +399,9 @@ def rollout_chunked(
 
     Memory holds two chunks (not the horizon): a chunk is consumed once the next one is computed,
     so its last row's `timeout` is exact. `consume(consume_state, batch) -> consume_state` is pure,
-    for example inserting `batch.flat()` into a `mbrl.core.replay.ReplayBuffer` (donated, updated in place).
-    Steps past `horizon` in the last chunk are invalid. Same key, same transitions as `rollout`.
+    for example writing the chunk into a tape's rows (NEUBAY). Steps past `horizon` in the last chunk
+    are invalid. The rollout stops at the first chunk boundary where no trajectory can take another
+    step (the remaining chunks would be all invalid). Same key, same transitions as `rollout`.
     """
     if chunk < 1 or horizon < 1:
         raise ConfigError(f"rollout_chunked: horizon and chunk must be positive, found {horizon} and {chunk}")
@@ -414,16 +411,20 @@ def rollout_chunked(
     num_chunks = -(-horizon // chunk)
     state, pending = run(state, consts, step_key)
 
-    def body(carry, _):
-        state, pending, consume_state = carry
+    def unfinished(carry):
+        index, state, *_ = carry
+        can_step = state.alive & (state.length < consts[1]) & (state.t < horizon)
+        return (index < num_chunks - 1) & jnp.any(can_step)
+
+    def body(carry):
+        index, state, pending, consume_state = carry
         pending_state = state
         state, records = run(state, consts, step_key)
         consume_state = consume(consume_state, _assemble(pending, pending_state, records.valid[0], consts[0]))
-        return (state, records, consume_state), None
+        return index + 1, state, records, consume_state
 
-    (state, pending, consume_state), _ = jax.lax.scan(
-        body, (state, pending, consume_state), None, length=num_chunks - 1
-    )
+    _, state, pending, consume_state = jax.lax.while_loop(
+        unfinished, body, (jnp.zeros((), jnp.int32), state, pending, consume_state))
     last = _assemble(pending, state, jnp.zeros_like(state.alive), consts[0])
     return consume(consume_state, last), last.stats
 
@@ -461,42 +462,39 @@ def warm_up(
     return start
 
 
-def uncertainty_threshold(
+def dataset_uncertainty(
     world_model,
     obs: jax.Array,
     actions: jax.Array,
-    quantile: float,
     *,
     uncertainty: str = "epistemic_std",
     batch_size: int = 8192,
     key: jax.Array | None = None,
 ) -> jax.Array:
-    """Quantile `quantile` of the model's uncertainty over dataset (obs, action) pairs (1.0 = max).
+    """The model's uncertainty at each dataset (obs, action) pair, (N,).
 
-    NEUBAY's truncation threshold. Computed in batches of `batch_size` rows in one compiled
-    `lax.map`, with each member's mean (deterministic), so memory stays at one batch of activations.
+    What NEUBAY's truncation threshold is a quantile of. Computed in batches of `batch_size` rows in one
+    compiled `lax.map`, with each member's mean (deterministic), so memory stays at one batch of activations.
     """
-    if not 0.0 <= quantile <= 1.0:
-        raise ConfigError(f"uncertainty_threshold: quantile must be in [0, 1], found {quantile}")
     if obs.ndim != 2 or actions.ndim != 2 or obs.shape[0] != actions.shape[0] or obs.shape[0] == 0:
         raise ConfigError(
-            f"uncertainty_threshold: expected obs (N, obs_dim) and actions (N, act_dim) with the same N > 0, "
+            f"dataset_uncertainty: expected obs (N, obs_dim) and actions (N, act_dim) with the same N > 0, "
             f"found {tuple(obs.shape)} and {tuple(actions.shape)}"
         )
     key = jax.random.PRNGKey(0) if key is None else key
-    return _threshold(
-        world_model,
-        jnp.asarray(obs, jnp.float32),
-        jnp.asarray(actions, jnp.float32),
-        jnp.float32(quantile),
-        key,
-        uncertainty,
-        min(batch_size, obs.shape[0]),
-    )
+    return _dataset_uncertainty(world_model, jnp.asarray(obs, jnp.float32), jnp.asarray(actions, jnp.float32), key,
+                                uncertainty, min(batch_size, obs.shape[0]))
+
+
+def uncertainty_threshold(world_model, obs: jax.Array, actions: jax.Array, quantile: float, **kwargs) -> jax.Array:
+    """Quantile `quantile` of `dataset_uncertainty` (1.0 = the max)."""
+    if not 0.0 <= quantile <= 1.0:
+        raise ConfigError(f"uncertainty_threshold: quantile must be in [0, 1], found {quantile}")
+    return jnp.quantile(dataset_uncertainty(world_model, obs, actions, **kwargs), quantile)
 
 
 @functools.partial(jax.jit, static_argnames=("uncertainty", "batch_size"))
-def _threshold(world_model, obs, actions, quantile, key, uncertainty, batch_size):
+def _dataset_uncertainty(world_model, obs, actions, key, uncertainty, batch_size):
     rows = obs.shape[0]
     padded = -(-rows // batch_size) * batch_size
 
@@ -508,5 +506,4 @@ def _threshold(world_model, obs, actions, quantile, key, uncertainty, batch_size
         out = world_model.step(jax.random.fold_in(key, index), o, a, None, deterministic=True, uncertainty=uncertainty)
         return out.uncertainty.astype(jnp.float32)
 
-    u = jax.lax.map(batch_u, (jnp.arange(padded // batch_size), pad(obs), pad(actions))).reshape(padded)[:rows]
-    return jnp.quantile(u, quantile)
+    return jax.lax.map(batch_u, (jnp.arange(padded // batch_size), pad(obs), pad(actions))).reshape(padded)[:rows]

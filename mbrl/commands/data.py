@@ -11,7 +11,8 @@ from typing import Annotated
 import numpy as np
 import tyro
 
-from mbrl.datasets import FORMATS, SAMPLE_PATH, load, registry
+from mbrl.core import dataset_registry as registry
+from mbrl.datasets import FORMATS, SAMPLE_PATH, load
 
 
 @dataclasses.dataclass(frozen=True)

@@ -3,6 +3,10 @@
 URI: `mujoco:ENV_ID` (a Gymnasium MuJoCo env in this process), `udp://HOST:PORT` (a robot speaking
 the protocol of `envs.robots.udp`, such as `python -m envs.robots.sim_server`), `ros2:PREFIX`
 (JointState in, Float64MultiArray out; needs rclpy).
+
+A recurrent export (NEUBAY) keeps its memory between ticks in the runner and resets it at every episode
+start; it also reads the previous step's reward, which `envs.robots.runner.RewardFeed` takes from each
+fresh observation (a robot that reports none feeds 0, and deploy says so).
 """
 
 from __future__ import annotations
@@ -110,7 +114,7 @@ def _default_log(export: Path, uri: str) -> Path:
 
 def deploy(args: DeployArgs) -> int:
     from envs.robots.loop import ControlLoop
-    from envs.robots.runner import PolicyRunner
+    from envs.robots.runner import PolicyRunner, RewardFeed
     from envs.robots.safety import SafetyConfig, SafetyLayer
 
     if args.episodes < 1:
@@ -123,6 +127,8 @@ def deploy(args: DeployArgs) -> int:
     safety_config = SafetyConfig(max_delta=args.max_delta, max_stale_ticks=args.max_stale_ticks,
                                  max_obs_age_s=args.max_obs_age)
     robot = make_robot(args.robot, args, runner.description, period)
+    if runner.recurrent:  # the loop hands the policy an observation's values only: feed it the reward too
+        robot = RewardFeed(robot, runner)
     robot.connect()
     try:
         low, high = check_fit(runner, robot)
@@ -133,6 +139,8 @@ def deploy(args: DeployArgs) -> int:
     loop = ControlLoop(robot, runner, SafetyLayer(low, high, safety_config), rate or None, log_path)
     summary = loop.run(episodes=args.episodes, seed=args.seed, max_steps=args.max_steps, connect=False)
     _print_summary(summary, log_path)
+    if runner.recurrent and robot.rewards_seen == 0 and summary["ticks"]:
+        print(f"deploy: {robot.name} reported no rewards; the recurrent policy's prev_reward input was 0 throughout")
     if summary["stop_reason"] == "watchdog":
         print(f"deploy: the watchdog stopped {robot.name}: no new observation for {args.max_stale_ticks} ticks")
         return 1

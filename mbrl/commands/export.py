@@ -20,7 +20,7 @@ class ExportArgs:
 
 
 def export(args: ExportArgs) -> int:
-    from mbrl.export import export_policy, verify_export
+    from mbrl.export import carry_leaves, export_policy, verify_export
     from mbrl.export_run import load_policy_from_run
 
     spec = load_policy_from_run(args.run_dir, seed_index=args.seed_index)
@@ -29,6 +29,10 @@ def export(args: ExportArgs) -> int:
     worst = verify_export(spec, out)
     print(f"wrote {out}: policy.onnx, policy.jax, policy.json ({spec.metadata.get('algo')} on {spec.dataset}, "
           f"obs {spec.obs_dim}, action {spec.act_dim}, {spec.control_rate_hz or 'unknown'} Hz)")
-    print(f"onnxruntime vs JAX: max |Δaction| {worst:.1e} on random and out-of-range observations")
+    if spec.recurrent:
+        print(f"recurrent policy: {len(carry_leaves(spec))} carry array(s); the graph also takes prev_action, prev_reward, first")
+        print(f"onnxruntime vs JAX: max |Δaction| {worst:.1e} over episodes of random and out-of-range observations")
+    else:
+        print(f"onnxruntime vs JAX: max |Δaction| {worst:.1e} on random and out-of-range observations")
     print(f"deploy it: mbrl deploy {out} --robot mujoco:{spec.env_id or 'ENV_ID'}   (or udp://HOST:PORT, ros2:PREFIX)")
     return 0

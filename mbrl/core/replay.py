@@ -47,7 +47,7 @@ def empty(capacity: int, obs_dim: int, act_dim: int) -> ReplayBuffer:
 
 
 def from_transitions(data: Transitions) -> ReplayBuffer:
-    """A full buffer holding `data` (for example the real dataset, for `sample_mixed`)."""
+    """A full buffer holding `data` (for example the real dataset)."""
     rows = len(data)
     if rows == 0:
         raise ConfigError("replay buffer from transitions: the transitions are empty")
@@ -69,22 +69,28 @@ def insert(buffer: ReplayBuffer, batch: Transitions, valid: jax.Array) -> Replay
     Fixed shapes: destinations come from the cumulative sum of the mask and the other rows scatter
     out of range (dropped). `buffer` is donated (updated in place outside jit): use the returned one.
     """
-    capacity = buffer.capacity
     valid = jnp.asarray(valid, bool)
-    rank = jnp.cumsum(valid, dtype=jnp.int32) - 1  # order of each valid row among the valid ones
-    count = rank[-1] + 1 if valid.size else jnp.zeros((), jnp.int32)
-    # Of more valid rows than slots, only the last `capacity` survive (a ring would overwrite the rest);
-    # dropping them here keeps the scatter free of duplicate indices, whose write order is undefined.
-    keep = valid & (rank >= count - capacity)
-    slots = jnp.where(keep, (buffer.insert_pos + rank) % capacity, capacity)  # capacity: out of range, dropped
+    slots, insert_pos, size = ring_slots(buffer.insert_pos, buffer.size, buffer.capacity, valid)
     data = jax.tree.map(
         lambda store, rows: store.at[slots].set(rows.astype(store.dtype), mode="drop"), buffer.data, batch
     )
-    return ReplayBuffer(
-        data=data,
-        insert_pos=(buffer.insert_pos + count) % capacity,
-        size=jnp.minimum(buffer.size + count, capacity),
-    )
+    return ReplayBuffer(data=data, insert_pos=insert_pos, size=size)
+
+
+def ring_slots(insert_pos, size, capacity: int, keep):
+    """Where the kept rows of a batch go in a ring of `capacity` slots: (slots, new insert_pos, new size).
+
+    The kept rows go in order after the last written one; the others get slot `capacity` (out of range:
+    a scatter with mode="drop" ignores them). Fixed shapes: the destinations come from a cumulative sum.
+    Of more kept rows than slots only the last `capacity` survive (a ring would overwrite the rest);
+    dropping them here keeps the scatter free of duplicate indices, whose write order is undefined.
+    The one ring of the project: the flat buffer here and the sequence tape both write through it.
+    """
+    rank = jnp.cumsum(keep, dtype=jnp.int32) - 1  # order of each kept row among the kept ones
+    count = rank[-1] + 1 if keep.size else jnp.zeros((), jnp.int32)
+    keep = keep & (rank >= count - capacity)
+    slots = jnp.where(keep, (insert_pos + rank) % capacity, capacity)
+    return slots, (insert_pos + count) % capacity, jnp.minimum(size + count, capacity)
 
 
 @functools.partial(jax.jit, static_argnames=("batch_size",))
@@ -102,19 +108,3 @@ def real_count(batch_size: int, real_fraction: float) -> int:
     if not 0.0 <= real_fraction <= 1.0:
         raise ConfigError(f"real_fraction: expected a value in [0, 1], found {real_fraction}")
     return int(round(batch_size * real_fraction))
-
-
-@functools.partial(jax.jit, static_argnames=("batch_size", "real_fraction"))
-def sample_mixed(
-    real: ReplayBuffer, model: ReplayBuffer, key: jax.Array, batch_size: int, real_fraction: float = 0.05
-) -> Transitions:
-    """One batch of static shape: `real_count(batch_size, real_fraction)` rows from `real` first,
-    then the rest from `model` (MOPO's 0.05: OfflineRL-Kit run_example/run_mopo.py, --real-ratio)."""
-    num_real = real_count(batch_size, real_fraction)
-    real_key, model_key = jax.random.split(key)
-    parts = []
-    if num_real:
-        parts.append(sample(real, real_key, num_real))
-    if batch_size - num_real:
-        parts.append(sample(model, model_key, batch_size - num_real))
-    return jax.tree.map(lambda *xs: jnp.concatenate(xs), *parts)

@@ -25,6 +25,7 @@ import numpy as np
 from flax import struct
 
 from mbrl.core.errors import ConfigError
+from mbrl.core.replay import ring_slots
 
 
 @struct.dataclass
@@ -135,15 +136,10 @@ def from_episodes(transitions, episode_starts, max_len: int) -> Tape:
 def insert(tape: Tape, rows: Tape) -> Tape:
     """Write the rows of `rows` (B, T + 1, ...) that hold at least one transition, in order, into the ring.
 
-    Fixed shapes, as `mbrl.core.replay.insert`: destinations come from a cumulative sum over the kept
-    rows, the others scatter out of range. Only `rows`' per-row fields are read (not its counters).
+    The ring is `mbrl.core.replay.ring_slots`, as the flat buffer's. Only `rows`' per-row fields are read
+    (not its counters).
     """
-    capacity = tape.capacity
-    keep = rows.length > 0
-    rank = jnp.cumsum(keep, dtype=jnp.int32) - 1
-    count = rank[-1] + 1
-    keep = keep & (rank >= count - capacity)  # more rows than slots: the last ones survive, as in a ring
-    slots = jnp.where(keep, (tape.insert_pos + rank) % capacity, capacity)
+    slots, insert_pos, size = ring_slots(tape.insert_pos, tape.size, tape.capacity, rows.length > 0)
 
     def put(store, new):
         return store.at[slots].set(new.astype(store.dtype), mode="drop")
@@ -155,8 +151,8 @@ def insert(tape: Tape, rows: Tape) -> Tape:
         terminal=put(tape.terminal, rows.terminal),
         real=put(tape.real, rows.real),
         length=put(tape.length, rows.length),
-        insert_pos=(tape.insert_pos + count) % capacity,
-        size=jnp.minimum(tape.size + count, capacity),
+        insert_pos=insert_pos,
+        size=size,
     )
 
 

@@ -6,14 +6,15 @@
     dataset = load("minari:mujoco/hopper/expert-v0")     # a local Minari dataset (never downloaded)
     dataset = load("HalfCheetah-v3-L-1000.npz", task="halfcheetah")  # NeoRL layout
 
-A lower module: it imports only `mbrl.core.types` and `mbrl.core.errors`, never envs, world models or agents.
+A lower module: it imports only `mbrl.core`, never envs, world models or agents. Names of made datasets
+are the one registry's, `mbrl.core.dataset_registry` (also reachable as `mbrl.datasets.registry`).
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from mbrl.datasets import registry
+from mbrl.core import dataset_registry as registry
 from mbrl.core.errors import DatasetError
 from mbrl.core.types import OfflineDataset
 

@@ -1,16 +1,17 @@
-"""Agent update throughput, against OfflineRL-Kit's `learn` on the same workloads, and seeds vmapped.
+"""Agent update throughput on the workloads of OfflineRL-Kit's `learn`, and seeds vmapped.
 
 - `sac2_update`: MOPO's SAC update (OfflineRL-Kit `MOPOPolicy.learn`): batch 256 mixed 5% real / 95%
-  model rows, 2 critics and an actor of 2x256, auto-alpha. 124.5 updates/s there on this machine.
+  model rows, 2 critics and an actor of 2x256, auto-alpha.
 - `edac10_update`: EDAC's update (OfflineRL-Kit `EDACPolicy.learn`): 10 critics of 3x256, η=1,
-  batch 256 from the real data. 15.5 updates/s there.
+  batch 256 from the real data.
 - `seeds5_vmapped`: whole training epochs (rollouts, then updates) of 5 seeds in one vmapped program
   against the same 5 seeds run one after the other.
 
 Updates run as the training loop runs them (`mbrl.train.Trainer`): K updates per compiled call, their
 batches sampled inside it from device buffers of realistic size. Sizes are halfcheetah's (obs 17,
 act 6). FLOPs per update come from XLA's cost analysis of one compiled update (matmuls are all but
-~1% of it); `roofline_fraction` divides the achieved FLOP/s by `matmul_gflops`.
+~1% of it); `roofline_fraction` divides the achieved FLOP/s by `matmul_gflops`. OfflineRL-Kit is
+compared only side by side, in one run on one machine (docs/throughput.md).
 """
 
 from __future__ import annotations
@@ -18,8 +19,7 @@ from __future__ import annotations
 import os
 import time
 
-OFFLINERL_KIT_UPDATES_PER_S = {"sac2_update": 124.5, "edac10_update": 15.5}
-TARGETS = {"sac2_update": 4.0, "edac10_update": 1.3, "seeds5_vmapped": 3.0}
+TARGETS = {"seeds5_vmapped": 3.0}
 OBS_DIM, ACT_DIM = 17, 6
 
 
@@ -48,7 +48,7 @@ def _buffers(trainer, real_rows: int, model_rows: int):
         )
 
     real = replay.from_transitions(random_rows(jax.random.PRNGKey(0), real_rows))
-    model = replay.insert(replay.empty(trainer.model_capacity, OBS_DIM, ACT_DIM),
+    model = replay.insert(trainer.part.empty(),
                           random_rows(jax.random.PRNGKey(1), model_rows), jnp.ones(model_rows, bool))
     return real, model
 
@@ -65,8 +65,9 @@ def update_flops(trainer) -> float:
         obs=jnp.zeros((rows, OBS_DIM)), action=jnp.zeros((rows, ACT_DIM)), reward=jnp.zeros(rows),
         next_obs=jnp.zeros((rows, OBS_DIM)), terminal=jnp.zeros(rows, bool), timeout=jnp.zeros(rows, bool),
     )
-    state = jax.jit(trainer.agent.init)(jax.random.PRNGKey(0))
-    compiled = jax.jit(trainer.agent.update).lower(state, batch, jax.random.PRNGKey(0)).compile()
+    core = trainer.agent.core  # the SAC-N core's single update
+    state = jax.jit(core.init)(jax.random.PRNGKey(0))
+    compiled = jax.jit(core.update).lower(state, batch, jax.random.PRNGKey(0)).compile()
     cost = compiled.cost_analysis()
     cost = cost[0] if isinstance(cost, (list, tuple)) else cost
     return float(cost["flops"])
@@ -87,7 +88,7 @@ def _update_rate(algo: str, overrides: dict, quick: bool, repeats: int = 3) -> d
 
     def chunk(agent_state, key):
         sample_key, update_key = jax.random.split(key)
-        batches = trainer.sample_batches(real, model, sample_key)
+        batches = trainer.part.sample(real, model, sample_key, updates)
         return trainer.agent.update_many(agent_state, batches, update_key)
 
     chunk = jax.jit(chunk, donate_argnums=0)
@@ -113,8 +114,6 @@ def _update_figure(name: str, algo: str, overrides: dict, quick: bool) -> dict:
     return {
         "value": round(rate, 2),
         "unit": "updates/s",
-        "vs_offlinerl_kit": round(rate / OFFLINERL_KIT_UPDATES_PER_S[name], 3),
-        "target_vs_offlinerl_kit": TARGETS[name],
         "roofline_fraction": round(achieved / peak, 3),
         "achieved_gflops": round(achieved / 1e9, 2),
         "matmul_gflops": round(peak / 1e9, 2),
@@ -139,7 +138,7 @@ def seeds5_vmapped(quick: bool) -> dict:
     import jax
 
     from benchmarks.rollout import _workload
-    from mbrl.train import Trainer, time_epochs
+    from mbrl.train import Trainer, hypers_of, stack_hypers, time_epochs
 
     seeds = 5
     updates, rollouts = (100, 2_000) if quick else (500, 10_000)
@@ -150,11 +149,12 @@ def seeds5_vmapped(quick: bool) -> dict:
     real, _ = _buffers(trainer, 100_000 if quick else 1_000_000, 1)
     epochs = 1 if quick else 2
 
-    together = trainer.initial_state(list(range(seeds)))
+    hypers = hypers_of(config)
+    together = trainer.initial_state(list(range(seeds)), stack_hypers([hypers] * seeds))
     _, vmapped_seconds = time_epochs(trainer, together, real, model, epochs)
     sequential_seconds = 0.0
     for seed in range(seeds):
-        _, seconds = time_epochs(trainer, trainer.initial_state([seed]), real, model, epochs)
+        _, seconds = time_epochs(trainer, trainer.initial_state([seed], stack_hypers([hypers])), real, model, epochs)
         sequential_seconds += seconds
     jax.clear_caches()
     speedup = sequential_seconds / vmapped_seconds

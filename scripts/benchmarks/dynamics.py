@@ -6,16 +6,11 @@ penalty, Adam, then the holdout pass and best-weights select) for OfflineRL-Kit'
 7 members x [23 -> 4x200 -> 36] (halfcheetah: 17 obs + 6 action in, 2 x (17 + 1) out), batch 256
 per member, fp32. One call is one compiled epoch of `steps` gradient steps.
 
-Reference: OfflineRL-Kit's `EnsembleDynamics.learn` at MOPO defaults ran 73.7 steps/s on this
-machine's 2 cores (PyTorch, host loop).
-
-The step is matmul-bound: 1.40 GFLOP of fp32 GEMMs (forward, and backward at twice that). At a fp32
-GEMM rate R the ceiling is R / 1.40 GFLOP steps/s, which `vs_offlinerl_kit_at_roofline` reports; on
-these 2 cores (about 150 GFLOP/s unloaded) that is about 1.45x OfflineRL-Kit, so a 2.5x target
-needs a faster machine (or an accelerator), not a better program. Measured choices (per CPU-second,
-machine shared): member-leading activations (M, B, H) run ~1.5x faster than (B, M, H); a compiled
-scan of steps ~1.15x faster than a host loop of jitted steps; kernel layout (M, in, out) vs
-(M, out, in) and a flattened Adam made no measurable difference.
+The step is matmul-bound: `matmul_gflop_per_step` of fp32 GEMMs (forward, and backward at twice that),
+so at a fp32 GEMM rate R the ceiling is R / that many steps/s; `roofline_fraction` is how close a run
+gets. Members lead the activations (M, B, H) and the steps run in one compiled scan, the faster layout
+and loop; what was measured, and the comparison with OfflineRL-Kit (only side by side, in one run on
+one machine), are in docs/throughput.md.
 """
 
 from __future__ import annotations
@@ -28,7 +23,6 @@ import jax
 import jax.numpy as jnp
 from benchmarks.common import matmul_flops_per_s
 
-OFFLINERL_KIT_STEPS_PER_S = 73.7
 OBS_DIM, ACT_DIM, BATCH = 17, 6, 256
 
 
@@ -96,10 +90,6 @@ def dynamics_train(quick: bool) -> dict:
         "roofline_fraction": round(achieved / roofline, 3),
         "achieved_gflops": round(achieved / 1e9, 1),
         "matmul_gflop_per_step": round(flops_per_step / 1e9, 3),
-        "vs_offlinerl_kit": round(value / OFFLINERL_KIT_STEPS_PER_S, 2),
-        "target_vs_offlinerl_kit": 2.5,
-        # The ceiling: every FLOP of the step at this machine's fp32 GEMM rate.
-        "vs_offlinerl_kit_at_roofline": round(roofline / flops_per_step / OFFLINERL_KIT_STEPS_PER_S, 2),
         # Steps per second of this process's CPU time: less sensitive to other jobs on a shared machine.
         "steps_per_cpu_second": round(steps / best_cpu, 2),
         "compile_seconds": round(compile_seconds, 2),

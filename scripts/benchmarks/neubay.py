@@ -8,7 +8,7 @@ fresh episode starts, with no termination and no threshold, so that every step i
 transition. Weights are freshly initialised (throughput does not depend on their values).
 
 `neubay_rollout` times `world_models.rollout.rollout` alone (one compiled scan of 1,000 steps);
-`collect_transitions_per_s` times the whole NEUBAY collect (`mbrl.train_neubay.NeubayTrainer.collect`:
+`collect_transitions_per_s` times the whole NEUBAY collect (`mbrl.imagination.SequenceImagination.collect`:
 warm-up of the memory on real prefixes of random length, chunked rollouts that stop once nothing is
 alive, insertion into the tape) per imagined transition. NEUBAY's own collector steps the ensemble in a
 Python loop with a host round trip per step (twni2016/neubay experience/collector.py).
@@ -29,7 +29,7 @@ def _workload(members: int, trajectories: int, horizon: int):
 
     from agents.neubay import NeubayConfig
     from mbrl.config import ScheduleConfig, TrainConfig
-    from mbrl.train_neubay import NeubayTrainer
+    from mbrl.train import Trainer
     from world_models.ensemble import EnsembleConfig, GaussianEnsemble, init_params
     from world_models.model import Normalizer, WorldModel
 
@@ -46,7 +46,7 @@ def _workload(members: int, trajectories: int, horizon: int):
     )
     neubay = NeubayConfig(parallel_size=trajectories, max_episode_steps=horizon, tape_capacity=trajectories,
                           rollout_chunk=min(50, horizon))
-    trainer = NeubayTrainer(TrainConfig(algo="neubay", neubay=neubay, schedule=ScheduleConfig(epochs=1)), OBS_DIM, ACT_DIM)
+    trainer = Trainer(TrainConfig(algo="neubay", neubay=neubay, schedule=ScheduleConfig(epochs=1)), OBS_DIM, ACT_DIM)
     agent_state = jax.jit(trainer.agent.init)(jax.random.PRNGKey(1))
     return model, trainer, agent_state, config
 
@@ -83,6 +83,8 @@ def neubay_rollout(quick: bool) -> dict:
 
     from benchmarks.common import matmul_flops_per_s
     from mbrl.core import sequence_replay
+    from mbrl.imagination import ExploringPolicy
+    from mbrl.train import hypers_of
     from world_models.rollout import RecurrentStart, rollout
 
     members, trajectories, horizon = (20, 100, 100) if quick else (100, 100, 1_000)
@@ -93,7 +95,7 @@ def neubay_rollout(quick: bool) -> dict:
     members_used = jax.random.randint(jax.random.PRNGKey(3), (trajectories,), 0, members)
 
     def imagine(key):
-        out = rollout(key, model, agent, actor, start_obs, horizon, trainer.rollout_config, start=start,
+        out = rollout(key, model, ExploringPolicy(agent), actor, start_obs, horizon, trainer.part.rollout_config, start=start,
                       members=members_used)
         return out.stats.lengths
 
@@ -106,15 +108,21 @@ def neubay_rollout(quick: bool) -> dict:
     # The whole collect: warm-up on real prefixes, chunked rollouts, tape insertion.
     real = _real_tape(trajectories, horizon)
     tape = sequence_replay.empty(trajectories, horizon, OBS_DIM, ACT_DIM)
-    threshold = jnp.float32(jnp.inf)
-    collect = jax.jit(trainer.collect).lower(agent_state, tape, real, model, threshold, jax.random.PRNGKey(5)).compile()
+    part, hypers = trainer.part, hypers_of(trainer.config)
+    no_cut = jnp.full(1, jnp.inf, jnp.float32)  # the sorted dataset uncertainties: any quantile is +inf
+
+    def collect_once(agent_state, tape, key):
+        return part.collect(agent_state, tape, part.initial_counters(), real, model, no_cut, hypers, key)[:2]
+
+    collect = jax.jit(collect_once).lower(agent_state, tape, jax.random.PRNGKey(5)).compile()
     begin = time.perf_counter()
-    _, stats = jax.block_until_ready(collect(agent_state, tape, real, model, threshold, jax.random.PRNGKey(5)))
+    _, counters = jax.block_until_ready(collect(agent_state, tape, jax.random.PRNGKey(5)))
+    stats = counters.last
     collect_seconds = time.perf_counter() - begin
     collect_imagined = float(stats.imagined_length_mean) * trajectories
 
     rate = imagined / seconds
-    flops = flops_per_transition(config, trainer.neubay)
+    flops = flops_per_transition(config, trainer.config.neubay)
     roofline = matmul_flops_per_s()
     return {
         "value": round(rate, 1),

@@ -3,8 +3,8 @@
 Workload (issue 5): a 7-member 4x200 SiLU Gaussian ensemble (`world_models.model.WorldModel`, 5
 elites, a member per sample) with MOPO's `aleatoric_max` penalty, driven by a 2x256 SAC actor with
 tanh-Gaussian sampling (`agents.sac_n.SACN`), at halfcheetah sizes (obs 17, act 6). Weights are
-freshly initialised (throughput does not depend on their values). OfflineRL-Kit's
-`MOPOPolicy.rollout` does 23,440 transitions/s on this machine's 2 cores (issue 5).
+freshly initialised (throughput does not depend on their values). OfflineRL-Kit's `MOPOPolicy.rollout`
+runs the same workload; compare with it only side by side, in one run on one machine (docs/throughput.md).
 
 `rollout_h1000` runs in a child process so that its `peak_rss_mb` is its own, not the maximum over
 the figures run before it.
@@ -19,10 +19,9 @@ import sys
 import time
 from pathlib import Path
 
-OFFLINERL_KIT_TRANSITIONS_PER_S = 23440.0
 OBS_DIM, ACT_DIM = 17, 6
-# Slices of the batch per step: one slice's activations (7 x 2,500 x 200 floats, 14 MB) stay in the
-# 32 MB L3; measured ~10% faster than the whole batch at once on this machine.
+# Slices of the batch per step: one slice's activations (7 x 2,500 x 200 floats, 14 MB) stay in a
+# 32 MB L3 cache, which beat the whole batch at once on a 2-core CPU (docs/throughput.md).
 BATCH_CHUNK = 2500
 
 
@@ -70,7 +69,7 @@ def _measure(starts: int, horizon: int, batch_chunk: int | None, repeats: int = 
 
     model, policy, actor_params, config = _workload()
     chunk = batch_chunk if batch_chunk and starts % batch_chunk == 0 and starts > batch_chunk else None
-    cfg = RolloutConfig(uncertainty="aleatoric_max", penalty_coef=1.0, batch_chunk=chunk)
+    cfg = RolloutConfig(uncertainty="aleatoric_max", batch_chunk=chunk)
     start_obs = jax.random.normal(jax.random.PRNGKey(1), (starts, OBS_DIM))
 
     # Model, actor and start states are arguments, not constants baked into the program.
@@ -110,7 +109,6 @@ def rollout_h5(quick: bool) -> dict:
         "unit": "transitions/s",
         "starts": starts,
         "horizon": 5,
-        "vs_offlinerl_kit": round(rate / OFFLINERL_KIT_TRANSITIONS_PER_S, 3),
         "roofline_fraction": round(rate * result["flops_per_transition"] / roofline, 3),
         "workload_gflops": round(rate * result["flops_per_transition"] / 1e9, 2),
         "matmul_gflops": round(roofline / 1e9, 2),

@@ -1,0 +1,93 @@
+"""The one registry of algorithms: a name -> its config sections, its hyperparameters-as-data, its class.
+
+The presets of each algorithm are data in `agents.presets`; `mbrl.config` refuses an option of a section
+(or an imagination field) that the chosen algorithm does not read, so nothing is accepted and ignored.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from typing import Any
+
+from agents.base import Hypers, as_hypers
+from agents.sac_n import SAC_HYPERS
+from mbrl.core.errors import ConfigError
+
+# Sections every run has, whatever the algorithm.
+COMMON_SECTIONS = ("schedule", "logging")
+ALL_IMAGINATION = ("horizon", "rollouts_per_epoch", "retain_epochs", "real_ratio", "per_seed_model")
+
+
+@dataclasses.dataclass(frozen=True)
+class AlgorithmEntry:
+    name: str
+    sections: tuple[str, ...]  # config sections it reads, besides COMMON_SECTIONS
+    imagination_fields: tuple[str, ...]  # the fields of `imagination` it reads (empty: none)
+    hyper_fields: dict[str, tuple[str, ...]]  # section -> fields carried as traced data
+    make: Callable[[Any, int, int], Any]  # (TrainConfig, obs_dim, act_dim) -> an `agents.base.Algorithm`
+
+    @property
+    def uses_model(self) -> bool:
+        return "ensemble" in self.sections
+
+    def hypers_of(self, config) -> Hypers:
+        """The traced values of `config` (a TrainConfig) as float32 scalars."""
+        return as_hypers({section: {name: getattr(getattr(config, section), name) for name in names}
+                          for section, names in self.hyper_fields.items()})
+
+
+def _ravl(config, obs_dim, act_dim):
+    from agents.ravl import RAVL
+
+    return RAVL(config.sac, obs_dim, act_dim, _real_rows(config))
+
+
+def _mopo(config, obs_dim, act_dim):
+    from agents.mopo import MOPO
+
+    return MOPO(config.sac, config.mopo, obs_dim, act_dim, _real_rows(config))
+
+
+def _bc(config, obs_dim, act_dim):
+    from agents.bc import BC
+
+    return BC(config.bc, obs_dim, act_dim)
+
+
+def _neubay(config, obs_dim, act_dim):
+    from agents.neubay import Neubay
+
+    total = config.schedule.epochs * config.schedule.updates_per_epoch
+    return Neubay(config.neubay, obs_dim, act_dim, total_updates=total)
+
+
+def _real_rows(config) -> int:
+    """The leading real rows of every mixed batch (the BC anchor imitates these)."""
+    from mbrl.core.replay import real_count
+
+    return real_count(config.sac.batch_size, config.imagination.real_ratio)
+
+
+NEUBAY_HYPERS = ("critic_encoder_lr", "critic_head_lr", "actor_encoder_lr", "actor_head_lr", "alpha_lr", "gamma", "tau",
+                 "real_weight", "actor_bc_coef", "init_alpha", "unc_quantile")
+
+ALGORITHMS: dict[str, AlgorithmEntry] = {
+    "ravl": AlgorithmEntry("ravl", ("sac", "imagination", "ensemble", "fit"), ALL_IMAGINATION, {"sac": SAC_HYPERS}, _ravl),
+    "mopo": AlgorithmEntry("mopo", ("sac", "mopo", "imagination", "ensemble", "fit"), ALL_IMAGINATION,
+                           {"sac": SAC_HYPERS, "mopo": ("penalty_coef",)}, _mopo),
+    "bc": AlgorithmEntry("bc", ("bc",), (), {"bc": ("learning_rate",)}, _bc),
+    "neubay": AlgorithmEntry("neubay", ("neubay", "imagination", "ensemble", "fit"), ("per_seed_model",),
+                             {"neubay": NEUBAY_HYPERS}, _neubay),
+}
+
+
+def entry(name: str) -> AlgorithmEntry:
+    if name not in ALGORITHMS:
+        raise ConfigError(f"algo: unknown algorithm {name!r}; expected one of {', '.join(ALGORITHMS)}")
+    return ALGORITHMS[name]
+
+
+def make(config, obs_dim: int, act_dim: int):
+    """The algorithm `config.algo` names, built for these dimensions."""
+    return entry(config.algo).make(config, obs_dim, act_dim)

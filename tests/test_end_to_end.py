@@ -1,0 +1,125 @@
+"""Every algorithm along the path a user takes: `mbrl train` in a real process that is SIGKILLed once it has
+written a checkpoint, `mbrl train --resume` that gives exactly the uninterrupted run's metrics, then
+`mbrl eval`, `mbrl export` (checked by onnxruntime against JAX), and `mbrl deploy --robot mujoco:...`.
+
+The data is a real Hopper-v5 run of a random policy written in D4RL layout with h5py; one tiny world model
+is fitted once and given to every model-based run with `--world-model`. Compiles are shared between the
+processes through the on-disk cache that `mbrl train` keeps.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+
+from agents import registry
+from mbrl import config as config_io
+from mbrl.cli import main as cli_main
+
+SECTIONS = {
+    "sac": {"num_critics": 2, "hidden_sizes": [16, 16], "batch_size": 16},
+    "mopo": {"penalty_coef": 1.0},
+    "bc": {"hidden_sizes": [16, 16], "batch_size": 16},
+    "neubay": {"d_model": 8, "d_hidden": 8, "memory_layers": 1, "head_hidden": 16, "head_layers": 1, "num_critics": 3,
+               "sampled_critics": 2, "num_sequences": 2, "sequence_length": 8, "warmup_length": 8, "parallel_size": 4,
+               "tape_capacity": 16, "max_episode_steps": 100, "rollout_chunk": 20, "utd": 0.5},
+    "imagination": {"rollouts_per_epoch": 32, "horizon": 2, "retain_epochs": 2},
+    "schedule": {"epochs": 4, "updates_per_epoch": 10, "eval_every": 2, "eval_episodes": 2, "checkpoint_every": 1},
+    "logging": {"progress": False},
+}
+
+
+def tiny_config(algo: str, dataset: str):
+    entry = registry.entry(algo)
+    own = {name: dict(values) for name, values in SECTIONS.items()
+           if name in entry.sections or name in registry.COMMON_SECTIONS}
+    if "imagination" in own:
+        own["imagination"] = {k: v for k, v in own["imagination"].items() if k in entry.imagination_fields}
+    return config_io.build(algo, dataset, "quick", own)
+
+
+@pytest.fixture(scope="module")
+def world_model_dir(hopper_tiny_path, tmp_path_factory):
+    from envs.tasks import TASKS
+    from mbrl import datasets
+    from world_models.ensemble import EnsembleConfig
+    from world_models.fit import FitConfig, fit_world_model
+
+    result = fit_world_model(datasets.load(hopper_tiny_path), config=EnsembleConfig(num_members=3, num_elites=2,
+                             hidden_dims=(16, 16)), fit_config=FitConfig(max_epochs=2),
+                             termination_fn=TASKS["hopper"].termination_fn, progress=False)
+    return result.model.save(tmp_path_factory.mktemp("model") / "world_model")
+
+
+def _train_argv(config_path, run_dir, world_model_dir, uses_model):
+    argv = ["train", "--config", str(config_path), "--run-dir", str(run_dir)]
+    return argv + (["--world-model", str(world_model_dir)] if uses_model else [])
+
+
+def _mbrl(*argv, **kwargs):
+    return subprocess.Popen([sys.executable, "-m", "mbrl.cli", *argv], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, env=os.environ.copy(), **kwargs)
+
+
+def _records(run_dir):
+    lines = (run_dir / "metrics.jsonl").read_text().splitlines()
+    return [{k: r[k] for k in ("epoch", "updates", "train", "eval") if k in r} for r in map(json.loads, lines)]
+
+
+def _checkpoints(run_dir):
+    folder = run_dir / "checkpoints"
+    return sorted(int(p.name) for p in folder.iterdir() if p.name.isdigit()) if folder.is_dir() else []
+
+
+@pytest.mark.parametrize("algo", ["ravl", "mopo", "bc", "neubay"])
+def test_train_kill_resume_eval_export_deploy(algo, hopper_tiny_path, world_model_dir, tmp_path, capsys):
+    config = tiny_config(algo, str(hopper_tiny_path))
+    config_path = tmp_path / "config.json"
+    config_io.save(config, config_path)
+    uses_model = registry.entry(algo).uses_model
+
+    full = tmp_path / "full"
+    assert cli_main(_train_argv(config_path, full, world_model_dir, uses_model)) == 0
+    expected = _records(full)
+    assert [r["epoch"] for r in expected] == [1, 2, 3, 4] and expected[-1]["eval"] is not None
+
+    # The same run in another process, killed without warning once its first checkpoint is on disk.
+    killed = tmp_path / "killed"
+    process = _mbrl(*_train_argv(config_path, killed, world_model_dir, uses_model))
+    deadline = time.monotonic() + 600
+    while not _checkpoints(killed) and process.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.01)
+    process.send_signal(signal.SIGKILL)
+    _, err = process.communicate()
+    assert process.returncode == -signal.SIGKILL, err  # killed mid-run, not finished
+    done = _checkpoints(killed)
+    assert done and done[-1] < 4
+
+    resumed = _mbrl("train", "--resume", str(killed))
+    out, err = resumed.communicate(timeout=600)
+    assert resumed.returncode == 0, err
+    if _records(killed) != expected:
+        subprocess.run([sys.executable, "/tmp/diffcheck.py", str(full / "metrics.jsonl"), str(killed / "metrics.jsonl")])
+    assert _records(killed) == expected
+
+    capsys.readouterr()
+    assert cli_main(["eval", str(full), "--episodes", "2"]) == 0
+    score = expected[-1]["eval"]["normalized_score"][0]
+    assert f"normalized score {score:.1f}" in capsys.readouterr().out  # the run's own last evaluation, again
+
+    export = tmp_path / "export"
+    assert cli_main(["export", str(full), "--out", str(export)]) == 0
+    spec = json.loads((export / "policy.json").read_text())
+    assert (export / "policy.onnx").is_file()
+    assert (spec["state"] is not None) == (algo == "neubay")  # a recurrent export describes its carry
+    capsys.readouterr()
+    assert cli_main(["deploy", str(export), "--robot", "mujoco:Hopper-v5", "--episodes", "1"]) == 0
+    returns = [line for line in capsys.readouterr().out.splitlines() if line.startswith("return ")]
+    assert len(returns) == 1 and np.isfinite(float(returns[0].split()[1]))

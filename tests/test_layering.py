@@ -1,0 +1,93 @@
+"""The import layering of docs/DESIGN.md, checked on the source: every import statement of every module,
+function-local ones included, and `importlib.import_module` calls with a constant name.
+
+- `mbrl/core/` imports nothing of the project outside `mbrl.core`;
+- `agents/`, `world_models/`, `envs/` import nothing from `mbrl` except `mbrl.core`;
+- `agents/` never imports `world_models` (rollouts reach agents as data);
+- `mbrl/datasets/` imports nothing of the project but `mbrl.core` (and itself).
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+PROJECT = ("mbrl", "agents", "world_models", "envs", "scripts", "tests")
+
+
+def module_name(path: Path) -> str:
+    parts = list(path.relative_to(ROOT).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def imports(path: Path) -> list[tuple[int, str]]:
+    """(line, dotted target) of every import in `path`."""
+    return imports_in(path.read_text(), module_name(path), path.name == "__init__.py")
+
+
+def imports_in(text: str, module: str, is_package: bool = False) -> list[tuple[int, str]]:
+    """(line, dotted target) of every import in the source `text` of `module`; `from a import b` gives `a.b`
+    (b may be a name, not a module)."""
+    package = module.split(".") if is_package else module.split(".")[:-1]
+    out = []
+    for node in ast.walk(ast.parse(text)):
+        if isinstance(node, ast.Import):
+            out += [(node.lineno, alias.name) for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:  # relative: resolved against the module's package
+                anchor = package[: len(package) - node.level + 1]
+                base = ".".join([*anchor, *([base] if base else [])])
+            out += [(node.lineno, f"{base}.{alias.name}") for alias in node.names]
+        elif (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "import_module"
+              and node.args and isinstance(node.args[0], ast.Constant) and isinstance(node.args[0].value, str)):
+            out.append((node.lineno, node.args[0].value))
+    return out
+
+
+def within(target: str, package: str) -> bool:
+    return target == package or target.startswith(package + ".")
+
+
+def of_project(target: str) -> bool:
+    return target.split(".")[0] in PROJECT
+
+
+# (folder, what it may import of the project, why)
+RULES = [
+    ("mbrl/core", ("mbrl.core",), "mbrl.core is the ground floor: it imports nothing of the project above it"),
+    ("mbrl/datasets", ("mbrl.core", "mbrl.datasets"), "mbrl.datasets imports only mbrl.core"),
+    ("agents", ("mbrl.core", "agents"), "agents import only mbrl.core (never world_models: rollouts reach them as data)"),
+    ("world_models", ("mbrl.core", "world_models"), "world_models import only mbrl.core"),
+    ("envs", ("mbrl.core", "envs"), "envs import only mbrl.core"),
+]
+
+
+@pytest.mark.parametrize("folder, allowed, why", RULES, ids=[r[0] for r in RULES])
+def test_layer_imports_only_what_it_may(folder, allowed, why):
+    sources = sorted((ROOT / folder).rglob("*.py"))
+    assert sources, f"no modules under {folder}"
+    violations = [
+        f"{source.relative_to(ROOT)}:{line}: {target}"
+        for source in sources
+        for line, target in imports(source)
+        if of_project(target) and not any(within(target, a) for a in allowed)
+    ]
+    assert not violations, f"{why}:\n" + "\n".join(violations)
+
+
+def test_the_import_walk_sees_local_relative_and_dynamic_imports():
+    text = (
+        "from .sac_n import SACN\n"
+        "def f():\n"
+        "    from world_models import rollout\n"
+        "    import importlib\n"
+        "    return importlib.import_module('mbrl.train')\n"
+    )
+    found = sorted(target for _, target in imports_in(text, "agents.probe"))
+    assert found == ["agents.sac_n.SACN", "importlib", "mbrl.train", "world_models.rollout"]
+    assert [t for _, t in imports_in("from . import types\n", "mbrl.core", is_package=True)] == ["mbrl.core.types"]
+    assert [t for _, t in imports_in("from .. import core\n", "mbrl.datasets.d4rl")] == ["mbrl.core"]
