@@ -105,8 +105,6 @@ def test_train_kill_resume_eval_export_deploy(algo, hopper_tiny_path, world_mode
     resumed = _mbrl("train", "--resume", str(killed))
     out, err = resumed.communicate(timeout=600)
     assert resumed.returncode == 0, err
-    if _records(killed) != expected:
-        subprocess.run([sys.executable, "/tmp/diffcheck.py", str(full / "metrics.jsonl"), str(killed / "metrics.jsonl")])
     assert _records(killed) == expected
 
     capsys.readouterr()
