@@ -22,6 +22,10 @@ from mbrl.core.errors import ConfigError
 from mbrl.core.types import Transitions
 
 
+# The fields of `BCConfig` that are data in the training state.
+BC_HYPERS = ("learning_rate",)
+
+
 @dataclasses.dataclass(frozen=True)
 class BCConfig:
     hidden_sizes: Sequence[int] = (256, 256)
@@ -58,7 +62,7 @@ class BC:
         self.batch_size = config.batch_size
 
     def hypers(self) -> dict:
-        return {"bc": {"learning_rate": jnp.asarray(self.config.learning_rate, jnp.float32)}}
+        return {"bc": {name: jnp.asarray(getattr(self.config, name), jnp.float32) for name in BC_HYPERS}}
 
     def init(self, key: jax.Array, hypers: dict | None = None) -> BCState:
         del hypers  # nothing at init depends on them

@@ -18,6 +18,10 @@ from agents.sac_n import SACNAgent, SACNConfig
 from mbrl.core.errors import ConfigError
 
 
+# The fields of `MOPOConfig` that are data in the training state.
+MOPO_HYPERS = ("penalty_coef",)
+
+
 @dataclasses.dataclass(frozen=True)
 class MOPOConfig:
     """MOPO's own settings on top of SAC-N. Per-dataset λ presets: `agents.presets.MOPO_HORIZON_PENALTY`.

@@ -39,6 +39,11 @@ from mbrl.core.errors import ConfigError
 from mbrl.core.sequence_replay import SequenceBatch
 
 
+# The fields of `NeubayConfig` that are data in the training state: a population may vary them in one program.
+NEUBAY_HYPERS = ("critic_encoder_lr", "critic_head_lr", "actor_encoder_lr", "actor_head_lr", "alpha_lr", "gamma", "tau",
+                 "real_weight", "actor_bc_coef", "init_alpha", "unc_quantile")
+
+
 @dataclasses.dataclass(frozen=True)
 class NeubayConfig:
     """NEUBAY's agent and imagination settings (source: neubay configs/d4rl_loco/base.yaml).
@@ -263,8 +268,6 @@ class Neubay:
         self.target_entropy = None if ratio is None else -float(act_dim) * ratio
 
     def hypers(self) -> dict:
-        from agents.registry import NEUBAY_HYPERS
-
         return {"neubay": {name: jnp.asarray(getattr(self.config, name), jnp.float32) for name in NEUBAY_HYPERS}}
 
     def _optimizer(self, lr_ratio, decay_steps):

@@ -11,8 +11,13 @@ from collections.abc import Callable
 from typing import Any
 
 from agents.base import Hypers, as_hypers
+from agents.bc import BC, BC_HYPERS
+from agents.mopo import MOPO, MOPO_HYPERS
+from agents.neubay import NEUBAY_HYPERS, Neubay
+from agents.ravl import RAVL
 from agents.sac_n import SAC_HYPERS
 from mbrl.core.errors import ConfigError
+from mbrl.core.replay import real_count
 
 # Sections every run has, whatever the algorithm.
 COMMON_SECTIONS = ("schedule", "logging")
@@ -38,45 +43,32 @@ class AlgorithmEntry:
 
 
 def _ravl(config, obs_dim, act_dim):
-    from agents.ravl import RAVL
-
     return RAVL(config.sac, obs_dim, act_dim, _real_rows(config))
 
 
 def _mopo(config, obs_dim, act_dim):
-    from agents.mopo import MOPO
-
     return MOPO(config.sac, config.mopo, obs_dim, act_dim, _real_rows(config))
 
 
 def _bc(config, obs_dim, act_dim):
-    from agents.bc import BC
-
     return BC(config.bc, obs_dim, act_dim)
 
 
 def _neubay(config, obs_dim, act_dim):
-    from agents.neubay import Neubay
-
     total = config.schedule.epochs * config.schedule.updates_per_epoch
     return Neubay(config.neubay, obs_dim, act_dim, total_updates=total)
 
 
 def _real_rows(config) -> int:
     """The leading real rows of every mixed batch (the BC anchor imitates these)."""
-    from mbrl.core.replay import real_count
-
     return real_count(config.sac.batch_size, config.imagination.real_ratio)
 
-
-NEUBAY_HYPERS = ("critic_encoder_lr", "critic_head_lr", "actor_encoder_lr", "actor_head_lr", "alpha_lr", "gamma", "tau",
-                 "real_weight", "actor_bc_coef", "init_alpha", "unc_quantile")
 
 ALGORITHMS: dict[str, AlgorithmEntry] = {
     "ravl": AlgorithmEntry("ravl", ("sac", "imagination", "ensemble", "fit"), ALL_IMAGINATION, {"sac": SAC_HYPERS}, _ravl),
     "mopo": AlgorithmEntry("mopo", ("sac", "mopo", "imagination", "ensemble", "fit"), ALL_IMAGINATION,
-                           {"sac": SAC_HYPERS, "mopo": ("penalty_coef",)}, _mopo),
-    "bc": AlgorithmEntry("bc", ("bc",), (), {"bc": ("learning_rate",)}, _bc),
+                           {"sac": SAC_HYPERS, "mopo": MOPO_HYPERS}, _mopo),
+    "bc": AlgorithmEntry("bc", ("bc",), (), {"bc": BC_HYPERS}, _bc),
     "neubay": AlgorithmEntry("neubay", ("neubay", "imagination", "ensemble", "fit"), ("per_seed_model",),
                              {"neubay": NEUBAY_HYPERS}, _neubay),
 }

@@ -74,7 +74,7 @@ class SACNConfig:
             raise ConfigError(f"sac.eta: the EDAC term (eta={self.eta}) needs sac.num_critics >= 2, found {self.num_critics}")
 
     def hypers(self) -> dict[str, jax.Array]:
-        """The values `SACN` reads as traced data (`agents.registry.SAC_HYPERS`)."""
+        """The values `SACN` reads as traced data (`SAC_HYPERS`)."""
         return {name: jnp.asarray(getattr(self, name), jnp.float32) for name in SAC_HYPERS}
 
 

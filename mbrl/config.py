@@ -328,9 +328,6 @@ def override(obj, overrides: dict[str, Any], where: str = ""):
         raise ConfigError(f"{where or 'config'}: {exc}") from None
 
 
-_apply = override  # the name tests/test_train.py calls
-
-
 def _merge(base: dict, extra: dict) -> dict:
     out = dict(base)
     for key, value in extra.items():
@@ -580,16 +577,11 @@ TrainArgs = options_class(
 )
 
 
-def overrides_of(args) -> dict[str, Any]:
-    """The `mbrl train` options that were given, as nested dicts."""
-    return given_options(args)
-
-
 def resolve(args) -> TrainConfig:
     """The run's config from `TrainArgs`: preset (or --config file) with the given options on top.
 
     Options of sections the algorithm does not read are refused."""
-    given = overrides_of(args)
+    given = given_options(args)
     if args.config is not None:
         base = to_dict(load(args.config))
         base.pop("version", None)

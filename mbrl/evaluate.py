@@ -1,7 +1,7 @@
 """Evaluate a policy in the real simulator: N seeded episodes in lockstep, normalized score.
 
-Episode i runs in its own env reset with seed `seed + i` (or the i-th of a list of seeds), so a result is reproducible and any single
-episode can be replayed alone. The envs advance together in `envs.lockstep`'s loop: the policy sees
+Episode i runs in its own env reset with seed `seed + i` (or the i-th of a list of seeds), so a result
+is reproducible and any single episode can be replayed alone. The envs advance together in `envs.lockstep`'s loop: the policy sees
 the whole batch in ONE call per time step, always N rows (finished episodes padded), so a jitted
 policy compiles once. A policy takes a `PolicyInput` (`envs.lockstep.markov` wraps one of the
 observation alone).

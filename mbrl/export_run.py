@@ -10,7 +10,6 @@ from pathlib import Path
 
 import numpy as np
 
-from mbrl.core.errors import ConfigError
 from mbrl.export import ExportError, PolicySpec, observation_envelope
 
 
@@ -42,28 +41,23 @@ def policy_of(agent) -> dict:
 def load_policy_from_run(run_dir: str | Path, seed_index: int = 0) -> PolicySpec:
     """The deterministic policy of training seed number `seed_index` at the run's latest checkpoint.
 
-    Reads the run through `mbrl.train.load_run` (config, run.json, the latest checkpoint), as `mbrl eval`
-    does, builds the agent with `agents.registry.make`, and reads the run's dataset for the observation
+    Reads the run through `mbrl.train.load_run` (config, run.json, the latest checkpoint, the agent), as
+    `mbrl eval` does, and reads the run's dataset for the observation
     envelope (mean ± 10 std of its observations). The agents have no observation normalizer and act in
     the dataset's action units (tanh output in [-1, 1]), so the export clips to the dataset's (else the
     task's) action bounds without rescaling. A recurrent agent (NEUBAY) exports with its carry.
     """
-    from agents.registry import make
     from mbrl import datasets
     from mbrl.train import load_run
 
     run_dir = Path(run_dir).absolute()
     if not run_dir.is_dir():
         raise ExportError(f"{run_dir}: no such run directory; expected a directory written by `mbrl train`")
-    if not (run_dir / "config.json").is_file():
-        raise ExportError(f"{run_dir}: not a run directory (no config.json); expected a directory written by `mbrl train`")
     run = load_run(run_dir)
     config, facts, seeds, record = run.config, run.facts, run.seeds, run.record
-    if not 0 <= seed_index < len(seeds):
-        raise ConfigError(f"--seed-index: the run trained {len(seeds)} seed(s) {seeds}, found index {seed_index}")
-    obs_dim, act_dim = int(facts["obs_dim"]), int(facts["act_dim"])
-    agent = make(config, obs_dim, act_dim)
     params = run.actor_params(seed_index)
+    agent = run.trainer.agent
+    obs_dim, act_dim = agent.obs_dim, agent.act_dim
     task_name = facts.get("task")
     dataset = datasets.load(config.dataset, task=task_name)
     obs_low, obs_high = observation_envelope(np.concatenate([dataset.transitions.obs, dataset.transitions.next_obs]))

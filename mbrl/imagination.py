@@ -23,7 +23,9 @@ Every part has the same pure surface: `real_data(dataset)`, `empty()`, `initial_
 `collect(agent, agent_state, store, counters, real, world_model, aux, hypers, key) -> (store, counters,
 metrics, earned)` and `sample(real, store, key, count)`; `prepare(world_model, real)` computes, once per
 model on the host, what collects need besides the model (NEUBAY: the dataset's sorted uncertainties).
-`fixed_credit` is the static number of updates a collect earns when it does not depend on the data.
+`fixed_credit` is the static number of updates a collect earns when it does not depend on the data; a
+part without one (None) also gives `epoch_metrics(counters, store, collects, collect_means, aux, hypers)`,
+the epoch's summary from its collects' metrics averaged over the epoch.
 """
 
 from __future__ import annotations
@@ -278,7 +280,7 @@ class SequenceImagination:
 
         cfg = self.neubay
         model = posterior_members(world_model)
-        threshold = quantile_of_sorted(sorted_u, hypers["neubay"]["unc_quantile"])
+        threshold = self.threshold(sorted_u, hypers)
         batch, horizon = cfg.parallel_size, cfg.max_episode_steps
         start_key, warm_key, member_key, roll_key = jax.random.split(key, 4)
         episode, offset = start_steps(real, start_key, batch)
@@ -323,17 +325,19 @@ class SequenceImagination:
             length_histogram=jnp.zeros(HISTOGRAM_BINS).at[bins].add(1.0) / batch,
         )
         earned = jnp.maximum(jnp.ceil(last.transitions * cfg.utd), 1.0).astype(jnp.int32)
-        metrics = {"imagined_length_mean_collect": last.imagined_length_mean, "uncertainty_threshold": threshold}
-        return tape, SequenceCounters(counters.collects + 1, last), metrics, earned
+        return tape, SequenceCounters(counters.collects + 1, last), {"imagined_length_mean": last.imagined_length_mean}, earned
 
-    def epoch_metrics(self, counters: SequenceCounters, collects, length_sum, tape: Tape, threshold) -> dict:
-        """The epoch's summary: the last collect's stats, the mean imagined length over the epoch's collects
-        (each has parallel_size trajectories; an epoch that collected nothing repeats the last collect's)."""
+    def epoch_metrics(self, counters: SequenceCounters, tape: Tape, collects, collect_means: dict, sorted_u,
+                      hypers) -> dict:
+        """The epoch's summary: the last collect's stats, and the mean imagined length over the epoch's
+        collects (`collect_means`: each collect's metrics averaged over them; each collect has parallel_size
+        trajectories, so this is the mean over all of them; an epoch that collected nothing repeats the
+        last collect's)."""
         last = counters.last
         metrics = {field.name: getattr(last, field.name) for field in dataclasses.fields(CollectStats)
                    if field.name != "length_histogram"}
         metrics["imagined_length_mean_epoch"] = jnp.where(
-            collects > 0, length_sum / jnp.maximum(collects, 1), last.imagined_length_mean)
+            collects > 0, collect_means["imagined_length_mean"], last.imagined_length_mean)
         width = self.neubay.max_episode_steps // HISTOGRAM_BINS
         for i in range(HISTOGRAM_BINS):
             metrics[f"imagined_length_hist_{i * width:04d}_{(i + 1) * width:04d}"] = last.length_histogram[i]
@@ -342,7 +346,7 @@ class SequenceImagination:
             collects_total=counters.collects.astype(jnp.float32),
             tape_rows=tape.size.astype(jnp.float32),
             tape_transitions=tape.transitions().astype(jnp.float32),
-            uncertainty_threshold=jnp.asarray(threshold, jnp.float32),
+            uncertainty_threshold=self.threshold(sorted_u, hypers),
         )
         return metrics
 

@@ -104,18 +104,13 @@ def hypers_of(config: TrainConfig):
     return registry.entry(config.algo).hypers_of(config)
 
 
-def stack_hypers(members: Sequence) -> Any:
-    return jax.tree.map(lambda *xs: jnp.stack(xs), *members)
-
-
 class Trainer:
     """The pure pieces of training for one compile key: `init_state`, `epoch`, and their compiled,
     population-batched forms. Use `trainer_for` to share compiles between runs."""
 
     def __init__(self, config: TrainConfig, obs_dim: int, act_dim: int):
         self.config = config
-        self.entry = registry.entry(config.algo)
-        self.agent = self.entry.make(config, obs_dim, act_dim)
+        self.agent = registry.make(config, obs_dim, act_dim)
         self.part = imagination.make(self.agent, config)
         self.obs_dim, self.act_dim = obs_dim, act_dim
         self.uses_model = self.part.uses_model
@@ -162,15 +157,20 @@ class Trainer:
             sample_key, update_key = jax.random.split(key)
             return self.agent.update_many(agent, self.part.sample(real, store, sample_key, 1), update_key, hypers)
 
-        shapes = jax.eval_shape(update_block, state.agent, state.store, state.key, state.hypers)[1]
-        sums = jax.tree.map(lambda s: jnp.zeros(s.shape, jnp.float32), shapes)
+        def collect(state, key):
+            return self.part.collect(state.agent, state.store, state.counters, real, world_model, aux, state.hypers, key)
+
+        def zeros(shapes):
+            return jax.tree.map(lambda s: jnp.zeros(s.shape, jnp.float32), shapes)
+
+        sums = zeros(jax.eval_shape(update_block, state.agent, state.store, state.key, state.hypers)[1])
+        collect_sums = zeros(jax.eval_shape(collect, state, state.key)[2])
 
         def do_collect(args):
-            state, key, (collects, length_sum) = args
-            store, counters, metrics, earned = self.part.collect(state.agent, state.store, state.counters, real,
-                                                                 world_model, aux, state.hypers, key)
+            state, key, (collects, collect_sums) = args
+            store, counters, metrics, earned = collect(state, key)
             state = state.replace(store=store, counters=counters, credit=state.credit + earned)
-            return state, (collects + 1, length_sum + metrics["imagined_length_mean_collect"])
+            return state, (collects + 1, jax.tree.map(lambda s, m: s + m.astype(jnp.float32), collect_sums, metrics))
 
         def one_update(_, carry):
             agent, store, key, sums = carry
@@ -188,11 +188,11 @@ class Trainer:
             return state.replace(agent=agent, credit=state.credit - count), done + count, sums, collected
 
         zero = jnp.zeros((), jnp.int32)
-        state, _, sums, (collects, length_sum) = jax.lax.while_loop(
-            lambda c: c[1] < budget, body, (state, zero, sums, (zero, jnp.zeros((), jnp.float32))))
+        state, _, sums, (collects, collect_sums) = jax.lax.while_loop(
+            lambda c: c[1] < budget, body, (state, zero, sums, (zero, collect_sums)))
         metrics = {name: value / budget for name, value in sums.items()}
-        metrics.update(self.part.epoch_metrics(state.counters, collects, length_sum, state.store,
-                                               self.part.threshold(aux, state.hypers)))
+        collect_means = {name: value / jnp.maximum(collects, 1) for name, value in collect_sums.items()}
+        metrics.update(self.part.epoch_metrics(state.counters, state.store, collects, collect_means, aux, state.hypers))
         return state.replace(epoch=state.epoch + 1), metrics
 
     def _population_epoch(self, states, real, world_model, aux):
@@ -214,10 +214,10 @@ class Trainer:
     def run_epoch(self, state: TrainState, real, world_model):
         return self._run(state, real, world_model, self.part.prepare(world_model, real))
 
-    def initial_state(self, seeds: Sequence[int], hypers) -> TrainState:
-        """The population's first state: member i has seed `seeds[i]` and `hypers` row i (leading axis)."""
+    def initial_state(self, seeds: Sequence[int], hypers: Sequence) -> TrainState:
+        """The population's first state: member i has seed `seeds[i]` and hyperparameters `hypers[i]`."""
         keys = jnp.stack([jax.random.PRNGKey(s) for s in seeds])
-        return self.init_states(keys, hypers)
+        return self.init_states(keys, jax.tree.map(lambda *xs: jnp.stack(xs), *hypers))
 
     def evaluate(self, state: TrainState, task, seeds: Sequence[int], ref_scores: tuple[float, float] | None,
                  episodes: int = 10, eval_seed: int = 0) -> dict:
@@ -496,7 +496,7 @@ def run(
         state, start_epoch = loaded.state, int(loaded.record["epoch"])
         truncate_metrics(run_dir / METRICS_FILE, start_epoch)
     else:
-        state = trainer.initial_state(seeds, stack_hypers([hypers_of(config)] * len(seeds)))
+        state = trainer.initial_state(seeds, [hypers_of(config)] * len(seeds))
         truncate_metrics(run_dir / METRICS_FILE, 0)
 
     def checkpoint(state, epoch):
@@ -598,7 +598,7 @@ def load_run(run_dir: str | Path, *, require_checkpoint: bool = True) -> LoadedR
             if require_checkpoint:
                 raise ConfigError(f"{run_dir / 'checkpoints'}: no checkpoint; train the run for at least one checkpoint first")
             return LoadedRun(run_dir, config, facts, trainer, seeds, None, None)
-        like = jax.eval_shape(trainer.initial_state, seeds, stack_hypers([hypers_of(config)] * len(seeds)))
+        like = jax.eval_shape(trainer.initial_state, seeds, [hypers_of(config)] * len(seeds))
         state, record = checkpointer.restore(like)
     finally:
         checkpointer.close()
@@ -670,14 +670,13 @@ def train_population(
     if trainer.uses_model:
         if trainer.per_member_model:
             raise ConfigError("population: imagination.per_seed_model needs one model per member; pass one shared model")
-        from world_models.model import ModelInfo, WorldModel
+        from world_models.model import ModelInfo
 
-        if world_model is None:
-            world_model = fit_model(config, dataset, task)
-        elif isinstance(world_model, (str, Path)):
-            world_model = WorldModel.load(Path(world_model), task.termination_fn if task is not None else None)
-        model = world_model.replace(info=ModelInfo())
-    state = trainer.initial_state(list(seeds), stack_hypers([hypers_of(c) for c in configs]))
+        if isinstance(world_model, (str, Path)):
+            model = _world_models(config, dataset, task, [Path(world_model).absolute()], progress=False)
+        else:
+            model = (world_model if world_model is not None else fit_model(config, dataset, task)).replace(info=ModelInfo())
+    state = trainer.initial_state(list(seeds), [hypers_of(c) for c in configs])
     ref_scores = _reference_scores(dataset, task)
     records = []
     evaluate_fn = None

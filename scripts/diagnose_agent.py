@@ -39,7 +39,7 @@ from mbrl import config as config_io  # noqa: E402
 from mbrl import datasets  # noqa: E402
 from mbrl.core.errors import ConfigError  # noqa: E402
 from mbrl.evaluate import normalized_score  # noqa: E402
-from mbrl.train import _world_models, hypers_of, stack_hypers, trainer_for  # noqa: E402
+from mbrl.train import _world_models, hypers_of, trainer_for  # noqa: E402
 from world_models.rollout import MarkovPolicy, RolloutConfig, rollout  # noqa: E402
 
 
@@ -121,7 +121,7 @@ def main(argv=None) -> None:
     print(json.dumps({"probe": "data", "uncertainty": uncertainty, "mean": float(u_data.mean()),
                       "p99": float(np.quantile(u_data, 0.99)), "max": float(u_data.max())}), flush=True)
 
-    state = trainer.initial_state([args.seed], stack_hypers([hypers_of(config)]))
+    state = trainer.initial_state([args.seed], [hypers_of(config)])
     single = lambda s: jax.tree.map(lambda x: x[0], trainer.agent.actor_params(s.agent))  # noqa: E731
     act = jax.jit(lambda p, o: trainer.agent.core.act(p, o, jax.random.PRNGKey(0), True))
     policy = MarkovPolicy(lambda p, o, k: trainer.agent.core.act(p, o, k, True))

@@ -108,10 +108,10 @@ def test_resume_after_sigterm_matches_the_uninterrupted_run(full_run, dataset, w
 
 def test_three_vmapped_seeds_equal_three_single_runs(full_run, dataset, world_model_dir, tmp_path):
     config = full_run.config
-    together = run(config_io._apply(config, {"seed": 0, "seeds": 3}), tmp_path / "seeds3",
+    together = run(config_io.override(config, {"seed": 0, "seeds": 3}), tmp_path / "seeds3",
                    world_model_dir=world_model_dir, dataset=dataset)
     singles = [full_run] + [
-        run(config_io._apply(config, {"seed": seed}), tmp_path / f"seed{seed}", world_model_dir=world_model_dir, dataset=dataset)
+        run(config_io.override(config, {"seed": seed}), tmp_path / f"seed{seed}", world_model_dir=world_model_dir, dataset=dataset)
         for seed in (1, 2)
     ]
     for epoch, record in enumerate(together.records):
@@ -174,7 +174,7 @@ def test_mixed_batches_put_the_real_rows_first(full_run, dataset):
 def test_a_population_of_configurations_equals_the_separate_runs(full_run, dataset, world_model_dir):
     """Three MOPO members with different lambda and learning rates in one program: each member's metrics are
     those of its own run, to float tolerance (a vmapped matmul may round differently)."""
-    config = config_io._apply(full_run.config, {"schedule": {"epochs": 2, "eval_every": 2}})
+    config = config_io.override(full_run.config, {"schedule": {"epochs": 2, "eval_every": 2}})
     hypers = [{"mopo": {"penalty_coef": 0.5}, "sac": {"actor_lr": 1e-4}},
               {"mopo": {"penalty_coef": 2.0}, "sac": {"critic_lr": 1e-3}},
               {"mopo": {"penalty_coef": 1.0}, "sac": {"actor_lr": 3e-3, "alpha_lr": 1e-3}}]

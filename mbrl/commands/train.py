@@ -13,7 +13,7 @@ import signal
 import time
 from pathlib import Path
 
-from mbrl.config import TrainArgs, overrides_of, resolve
+from mbrl.config import TrainArgs, given_options, resolve
 from mbrl.core.errors import ConfigError
 
 
@@ -93,7 +93,7 @@ def train(args: TrainArgs) -> int:
 
     enable_compile_cache()
     if args.resume is not None:
-        given = sorted(overrides_of(args))
+        given = sorted(given_options(args))
         extra = [f"--{name.replace('_', '-')}" for name in given]
         extra += [opt for opt, value in (("--config", args.config), ("--run-dir", args.run_dir), ("--world-model", args.world_model)) if value]
         if extra:

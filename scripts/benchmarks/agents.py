@@ -138,7 +138,7 @@ def seeds5_vmapped(quick: bool) -> dict:
     import jax
 
     from benchmarks.rollout import _workload
-    from mbrl.train import Trainer, hypers_of, stack_hypers, time_epochs
+    from mbrl.train import Trainer, hypers_of, time_epochs
 
     seeds = 5
     updates, rollouts = (100, 2_000) if quick else (500, 10_000)
@@ -150,11 +150,11 @@ def seeds5_vmapped(quick: bool) -> dict:
     epochs = 1 if quick else 2
 
     hypers = hypers_of(config)
-    together = trainer.initial_state(list(range(seeds)), stack_hypers([hypers] * seeds))
+    together = trainer.initial_state(list(range(seeds)), [hypers] * seeds)
     _, vmapped_seconds = time_epochs(trainer, together, real, model, epochs)
     sequential_seconds = 0.0
     for seed in range(seeds):
-        _, seconds = time_epochs(trainer, trainer.initial_state([seed], stack_hypers([hypers])), real, model, epochs)
+        _, seconds = time_epochs(trainer, trainer.initial_state([seed], [hypers]), real, model, epochs)
         sequential_seconds += seconds
     jax.clear_caches()
     speedup = sequential_seconds / vmapped_seconds

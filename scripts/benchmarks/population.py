@@ -21,7 +21,7 @@ def population8(quick: bool) -> dict:
     from benchmarks.agents import ACT_DIM, OBS_DIM, _buffers
     from benchmarks.rollout import _workload
     from mbrl import config as config_io
-    from mbrl.train import Trainer, hypers_of, member_config, stack_hypers, time_epochs
+    from mbrl.train import Trainer, hypers_of, member_config, time_epochs
 
     updates, rollouts = (100, 2_000) if quick else (500, 10_000)
     base = config_io.build("mopo", "halfcheetah-medium", "quick",
@@ -35,11 +35,11 @@ def population8(quick: bool) -> dict:
     epochs = 1 if quick else 2
     hypers = [hypers_of(c) for c in members]
 
-    together = trainer.initial_state([0] * MEMBERS, stack_hypers(hypers))
+    together = trainer.initial_state([0] * MEMBERS, hypers)
     _, population_seconds = time_epochs(trainer, together, real, model, epochs)
     in_turn_seconds = 0.0
     for h in hypers:
-        _, seconds = time_epochs(trainer, trainer.initial_state([0], stack_hypers([h])), real, model, epochs)
+        _, seconds = time_epochs(trainer, trainer.initial_state([0], [h]), real, model, epochs)
         in_turn_seconds += seconds
     jax.clear_caches()
     total = MEMBERS * epochs * updates
