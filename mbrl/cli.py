@@ -23,6 +23,7 @@ COMMANDS: dict[tuple[str, ...], tuple[str, str]] = {
     ("model", "fit"): ("mbrl.commands.model:fit", "fit a dynamics ensemble on a dataset"),
     ("model", "eval"): ("mbrl.commands.model:evaluate", "report a fitted model's accuracy and calibration"),
     ("train",): ("mbrl.commands.train:train", "train an agent (default: RAVL, quick preset, hopper-medium)"),
+    ("sweep",): ("mbrl.commands.sweep:sweep", "tune an algorithm's options by Bayesian optimisation (Optuna)"),
     ("eval",): ("mbrl.commands.evaluate:evaluate", "evaluate a trained policy in simulation"),
     ("export",): ("mbrl.commands.export:export", "write a deployable policy"),
     ("deploy",): ("mbrl.commands.deploy:deploy", "run an exported policy on a robot"),

@@ -51,13 +51,15 @@ HISTOGRAM_BINS = 10
 
 @dataclasses.dataclass(frozen=True)
 class ExploringPolicy:
-    """An algorithm's sampling policy as a `world_models.rollout` PolicyFn. A frozen dataclass: two
-    wrappers of the same algorithm are equal, so they share one compile."""
+    """An algorithm's sampling policy as a `world_models.rollout` PolicyFn (`deterministic`: its greedy
+    policy, for estimates of what it would score). A frozen dataclass: two wrappers of the same algorithm
+    are equal, so they share one compile."""
 
     agent: Any
+    deterministic: bool = False
 
     def __call__(self, actor_params, carry, inputs: PolicyInput, key):
-        return self.agent.act(actor_params, carry, inputs, key, False)
+        return self.agent.act(actor_params, carry, inputs, key, self.deterministic)
 
 
 def _mean_where(values, mask):

@@ -20,10 +20,15 @@ or mapped one after another (`lax.map`) where the collect decision is per member
 run both branches of it). The world model is shared (an unbatched argument) or one per member. Every E
 epochs the host evaluates all members' policies in the real MuJoCo env in one batched call per step, and
 writes an orbax checkpoint.
+
+A population is sharded over the local accelerators on a `population` mesh axis (`shard_population`):
+each device runs the epoch for its own members (`shard_map`, no communication), with the real data and a
+shared world model replicated.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import json
@@ -38,6 +43,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from flax import struct
+from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from agents import registry
 from mbrl import imagination
@@ -123,6 +129,7 @@ class Trainer:
         self.per_member_model = config.imagination.per_seed_model if self.uses_model else False
         self.init_states = jax.jit(jax.vmap(self.init_state))
         self._run = jax.jit(self._population_epoch, donate_argnums=0)
+        self._sharded_runs: dict[Mesh, Callable] = {}
         self.policy = jax.jit(self._population_policy)
 
     # ------------------------------------------------------------------ pure functions (one member)
@@ -212,7 +219,28 @@ class Trainer:
     # ------------------------------------------------------------------ host side
 
     def run_epoch(self, state: TrainState, real, world_model):
-        return self._run(state, real, world_model, self.part.prepare(world_model, real))
+        """One epoch of the population; sharded over its mesh when `state` is (`shard_population`)."""
+        aux = self.part.prepare(world_model, real)
+        mesh = population_mesh_of(state)
+        if mesh is None:
+            return self._run(state, real, world_model, aux)
+        model_spec = PartitionSpec(POPULATION_AXIS) if self.per_member_model else PartitionSpec()
+        aux = jax.device_put(aux, NamedSharding(mesh, model_spec))  # computed from the model: on the mesh
+        return self._sharded_run(mesh)(state, real, world_model, aux)
+
+    def _sharded_run(self, mesh: Mesh):
+        """The epoch under `shard_map`: each device vmaps (or maps) over its own block of members, so the
+        per-member program is the unsharded one and NEUBAY's `lax.map` is split across devices too."""
+        run = self._sharded_runs.get(mesh)
+        if run is None:
+            members, shared = PartitionSpec(POPULATION_AXIS), PartitionSpec()
+            model = members if self.per_member_model else shared
+            # Members are independent (no collectives): skip the varying-axes check, which would ask for
+            # `pvary` on every loop carry that starts from a constant.
+            body = jax.shard_map(self._population_epoch, mesh=mesh, in_specs=(members, shared, model, model),
+                                 out_specs=members, check_vma=False)
+            run = self._sharded_runs[mesh] = jax.jit(body, donate_argnums=0)
+        return run
 
     def initial_state(self, seeds: Sequence[int], hypers: Sequence) -> TrainState:
         """The population's first state: member i has seed `seeds[i]` and hyperparameters `hypers[i]`."""
@@ -250,6 +278,43 @@ class Trainer:
         )
         out["length_mean"] = result.lengths.reshape(members, episodes).mean(axis=1).tolist()
         return out
+
+
+POPULATION_AXIS = "population"
+
+
+def population_sharding(members: int, devices: Sequence | None = None) -> NamedSharding | None:
+    """The sharding of a population of `members` over the largest number of `devices` (default: the local
+    ones) that divides it, on a 1-D `population` mesh, leading axis split; None where that is one device."""
+    devices = list(jax.local_devices() if devices is None else devices)
+    count = max(d for d in range(1, len(devices) + 1) if members % d == 0)
+    if count == 1:
+        return None
+    return NamedSharding(Mesh(np.array(devices[:count]), (POPULATION_AXIS,)), PartitionSpec(POPULATION_AXIS))
+
+
+def population_mesh_of(state: TrainState) -> Mesh | None:
+    """The mesh a population state is sharded over by `shard_population`, or None."""
+    sharding = getattr(state.epoch, "sharding", None)
+    if isinstance(sharding, NamedSharding) and sharding.mesh.axis_names == (POPULATION_AXIS,) and sharding.mesh.size > 1:
+        return sharding.mesh
+    return None
+
+
+def shard_population(state: TrainState, real, world_model, *, per_member_model: bool = False,
+                     devices: Sequence | None = None) -> tuple[TrainState, Any, Any]:
+    """`(state, real, world_model)` placed for a sharded epoch: the state's leading member axis split over
+    the `population_sharding` mesh, the real data and a shared world model replicated on the same mesh
+    (jit refuses committed arguments on different device sets); a per-member model is split like the
+    state. Unchanged where the population does not split."""
+    sharding = population_sharding(int(state.epoch.shape[0]), devices)
+    if sharding is None:
+        return state, real, world_model
+    replicated = NamedSharding(sharding.mesh, PartitionSpec())
+    state = jax.device_put(state, sharding)
+    real = jax.device_put(real, replicated)
+    world_model = jax.device_put(world_model, sharding if per_member_model else replicated)
+    return state, real, world_model
 
 
 def stack_models(models: list) -> Any:
@@ -498,6 +563,8 @@ def run(
     else:
         state = trainer.initial_state(seeds, [hypers_of(config)] * len(seeds))
         truncate_metrics(run_dir / METRICS_FILE, 0)
+    # A restored state comes back unsharded: (re)shard it here, as a fresh one.
+    state, real, world_model = shard_population(state, real, world_model, per_member_model=trainer.per_member_model)
 
     def checkpoint(state, epoch):
         record = {
@@ -506,7 +573,9 @@ def run(
             "seeds": seeds,
             "world_models": [_relative(p, run_dir) for p in model_paths] if trainer.uses_model else [],
         }
-        checkpointer.save(epoch, state, record)
+        # Host copies: orbax keeps a sharded array's device layout and refuses to restore it onto another
+        # device count (`mbrl eval` on a smaller machine); the save copies to the host anyway.
+        checkpointer.save(epoch, jax.device_get(state), record)
 
     evaluate = None
     if task is not None:
@@ -648,13 +717,18 @@ def train_population(
     world_model=None,
     evaluate: bool = True,
     on_epoch: Callable[[EpochReport], None] | None = None,
+    shard: bool = True,
+    stop: StopSignal | None = None,
 ) -> PopulationResult:
     """Train len(seeds) members in one compiled program: member i has seed `seeds[i]` and `config` with the
     overrides `hypers[i]` (nested dicts of the traced hyperparameters, `member_config`).
 
     `dataset`: an `OfflineDataset` (else `mbrl.datasets.load(config.dataset)`); `world_model`: a fitted
     `world_models.model.WorldModel`, a directory holding one, or None to fit one with `config`'s ensemble
-    and fit settings (shared by all members). Nothing is written to disk.
+    and fit settings (shared by all members). `shard`: split the members over the local devices
+    (`shard_population`); False keeps them on one. `stop`: the caller's `StopSignal` (a sweep's, which
+    outlives one population); by default one of its own. Stopped early, `records` ends before the
+    schedule's last epoch. Nothing is written to disk.
     """
     from envs.tasks import TASKS
     from mbrl import datasets
@@ -677,6 +751,8 @@ def train_population(
         else:
             model = (world_model if world_model is not None else fit_model(config, dataset, task)).replace(info=ModelInfo())
     state = trainer.initial_state(list(seeds), [hypers_of(c) for c in configs])
+    if shard:
+        state, real, model = shard_population(state, real, model)
     ref_scores = _reference_scores(dataset, task)
     records = []
     evaluate_fn = None
@@ -689,7 +765,8 @@ def train_population(
         if on_epoch is not None:
             on_epoch(r)
 
-    with StopSignal() as stop:
-        state, _ = train_epochs(trainer, config.schedule, state, real, model, start_epoch=0, evaluate=evaluate_fn,
-                                checkpoint=lambda s, e: None, on_epoch=report, stop=stop)
+    with contextlib.nullcontext(stop) if stop is not None else StopSignal() as stop:
+        if stop.signum is None:
+            state, _ = train_epochs(trainer, config.schedule, state, real, model, start_epoch=0, evaluate=evaluate_fn,
+                                    checkpoint=lambda s, e: None, on_epoch=report, stop=stop)
     return PopulationResult(configs, list(seeds), records, state)

@@ -1,0 +1,257 @@
+"""`mbrl sweep`: spaces, storages, the study's identity, objectives, continuing a study, Ctrl-C.
+
+Sweeps run in-process through `mbrl.cli.main` on conftest's tiny Hopper file (one compiled program shared by
+the tests), with a SQLite study in a temp folder. PostgreSQL and several workers: tests/test_sweep_workers.py.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import h5py
+import numpy as np
+import optuna
+import pytest
+
+from mbrl import config as config_io
+from mbrl.cli import main
+from mbrl.sweep import objective
+
+TINY = [
+    "--sac.num-critics", "2", "--sac.hidden-sizes", "32", "32", "--sac.batch-size", "32",
+    "--imagination.rollouts-per-epoch", "64", "--imagination.retain-epochs", "2", "--imagination.horizon", "3",
+    "--ensemble.num-members", "3", "--ensemble.num-elites", "2", "--ensemble.hidden-dims", "32", "32",
+    "--fit.max-epochs", "2", "--schedule.epochs", "2", "--schedule.updates-per-epoch", "25",
+    "--schedule.eval-every", "1", "--schedule.eval-episodes", "2", "--logging.progress", "False",
+]
+SPACE = '"mopo.penalty_coef" = {low = 0.1, high = 10.0, log = true}\n"sac.actor_bc_coef" = {low = 0.5, high = 5.0, log = true}\n'
+
+
+def write(path: Path, text: str) -> Path:
+    path.write_text(text)
+    return path
+
+
+def sweep_args(dataset, space, sweep_dir, *extra, algo="mopo"):
+    return ["sweep", "--algo", algo, "--dataset", str(dataset), "--space", str(space), "--sweep-dir", str(sweep_dir),
+            "--sampler-seed", "0", *TINY, *extra]
+
+
+def study_of(sweep_dir: Path, name: str):
+    return optuna.load_study(study_name=name, storage=f"sqlite:///{sweep_dir / 'study.db'}")
+
+
+def rows(sweep_dir: Path) -> list[dict]:
+    with open(sweep_dir / "trials.csv") as f:
+        return list(csv.DictReader(f))
+
+
+# ------------------------------------------------------------------------------------------------ bad input
+
+
+@pytest.mark.parametrize("text, expected", [
+    ('"sac.nope" = {low = 1, high = 2}\n', "sac.nope: unknown option"),
+    ('"bc.learning_rate" = {low = 0.001, high = 0.01}\n', "not read by algorithm mopo"),
+    ('"imagination.real_ratio" = {low = 0.5, high = 1.5}\n', "outside the option's valid values"),
+    ('"mopo.penalty_coef" = {low = 0.0, high = 1.0, log = true}\n', "a log range needs low > 0"),
+    ('"mopo.penalty_coef" = {low = 2.0, high = 1.0}\n', "expected low < high"),
+    ('"sac.num_critics" = {low = 2.5, high = 4}\n', "must be an integer"),
+    ('"seed" = {choices = [0, 1]}\n', "fixed for a whole sweep"),
+    ('"mopo.penalty_coef" = {low = 1.0, hgh = 2.0}\n', "expected low and high"),
+    ('"mopo.penalty_coef" = {low = 1.0\n', "not a valid TOML space"),
+    ('', "the space is empty"),
+])
+def test_a_bad_space_gets_one_line_and_exit_2_and_writes_no_study(text, expected, hopper_tiny_path, tmp_path, capsys):
+    space = write(tmp_path / "space.toml", text)
+    code = main(sweep_args(hopper_tiny_path, space, tmp_path / "sweep"))
+    err = capsys.readouterr().err.strip()
+    assert code == 2
+    assert len(err.splitlines()) == 1 and expected in err and "space.toml" in err
+    assert not (tmp_path / "sweep").exists()
+
+
+@pytest.mark.parametrize("storage, expected", [
+    ("nosuchdb://x/y", "unsupported database"),
+    ("not a url", "not a database URL"),
+    ("postgresql://nobody@127.0.0.1:1/sweeps", "cannot reach postgresql+psycopg://nobody@127.0.0.1:1/sweeps"),
+])
+def test_a_bad_or_unreachable_storage_gets_one_line_and_exit_2(storage, expected, hopper_tiny_path, tmp_path, capsys):
+    space = write(tmp_path / "space.toml", SPACE)
+    code = main(sweep_args(hopper_tiny_path, space, tmp_path / "sweep", "--storage", storage))
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and len(err.splitlines()) == 1 and expected in err, err
+
+
+def test_shipped_spaces_load_against_their_algorithms_presets():
+    from mbrl.sweep import space as space_io
+
+    for algo in ("mopo", "ravl"):
+        space = space_io.load(algo, config_io.build(algo, "hopper-medium"))
+        assert "sac.actor_bc_coef" in space.names() and "imagination.horizon" in space.names()
+
+
+# ------------------------------------------------------------------------------------------------ a sweep
+
+
+@pytest.fixture(scope="module")
+def first_sweep(hopper_tiny_path, tmp_path_factory):
+    """2 trials, asked together, on one SQLite study (the world model fitted once, in the sweep's cache)."""
+    root = tmp_path_factory.mktemp("sweep")
+    space = write(root / "space.toml", SPACE)
+    sweep_dir = root / "out"
+    args = sweep_args(hopper_tiny_path, space, sweep_dir, "--trials", "2", "--population", "2")
+    assert main(args) == 0
+    return args, sweep_dir
+
+
+def test_a_sweep_completes_its_trials_and_writes_its_outputs(first_sweep):
+    args, sweep_dir = first_sweep
+    table = rows(sweep_dir)
+    assert [r["state"] for r in table] == ["COMPLETE"] * 2
+    for r in table:
+        assert float(r["value"]) == float(r["sim_score"])  # the sim objective
+        assert np.isfinite(float(r["offline_objective"])) and float(r["offline_std"]) >= 0
+        assert np.isfinite(float(r["heldout_td"])) and np.isfinite(float(r["q_trend"]))
+    assert {r["population"] for r in table} == {"2"}  # one population
+    assert len(list((sweep_dir / "models").iterdir())) == 1  # one fit, reused
+    summary = json.loads((sweep_dir / "summary.json").read_text())
+    best = max(table, key=lambda r: float(r["value"]))
+    assert summary["best"]["number"] == int(best["number"])
+    config = config_io.load(sweep_dir / "best" / "config.json")  # what `mbrl train --config` reloads
+    assert config.mopo.penalty_coef == pytest.approx(float(best["param.mopo.penalty_coef"]))
+    assert config.sac.actor_bc_coef == pytest.approx(float(best["param.sac.actor_bc_coef"]))
+    assert config.schedule.epochs == 2 and config.algo == "mopo"
+    for png in ("history.png", "parallel_coordinates.png"):
+        assert (sweep_dir / png).stat().st_size > 1000
+
+
+def test_the_same_command_continues_the_study(first_sweep):
+    args, sweep_dir = first_sweep
+    more = list(args)
+    more[more.index("--trials") + 1] = "4"
+    assert main(more) == 0
+    assert len(list((sweep_dir / "models").iterdir())) == 1  # the cached fit, not a second one
+    study = study_of(sweep_dir, "mopo-hopper-tiny")
+    numbers = [t.number for t in study.trials]
+    assert len(numbers) == len(set(numbers)) == 4
+    assert all(t.state == optuna.trial.TrialState.COMPLETE for t in study.trials)
+
+
+def test_a_study_of_another_algorithm_is_refused_and_left_untouched(first_sweep, tmp_path, capsys):
+    args, sweep_dir = first_sweep
+    before = len(study_of(sweep_dir, "mopo-hopper-tiny").trials)
+    space = write(tmp_path / "ravl.toml", '"sac.eta" = {low = 0.5, high = 2.0}\n')
+    other = [a for a in args if a not in ("--mopo.penalty-coef",)]
+    other[other.index("--algo") + 1] = "ravl"
+    other[other.index("--space") + 1] = str(space)
+    code = main([*other, "--study", "mopo-hopper-tiny"])
+    err = capsys.readouterr().err
+    assert code == 2 and "created for algorithm 'mopo'" in err
+    assert len(study_of(sweep_dir, "mopo-hopper-tiny").trials) == before
+
+
+# ------------------------------------------------------------------------------------------------ offline objective
+
+
+@pytest.fixture(scope="module")
+def robot_only_dataset(tmp_path_factory):
+    """A damped 4-D system driven by random 2-D actions: no simulator task matches its dimensions."""
+    rng = np.random.default_rng(0)
+    obs, rows_ = [], {k: [] for k in ("observations", "actions", "rewards", "next_observations", "terminals", "timeouts")}
+    for episode in range(12):
+        x = rng.normal(size=4).astype(np.float32)
+        for t in range(50):
+            a = rng.uniform(-1, 1, 2).astype(np.float32)
+            nxt = (0.9 * x + 0.1 * np.concatenate([a, a])).astype(np.float32)
+            for key, value in zip(rows_, (x, a, -float(np.sum(nxt**2)), nxt, False, t == 49)):
+                rows_[key].append(value)
+            x = nxt
+    path = tmp_path_factory.mktemp("robot") / "robot-arm-v0.hdf5"
+    with h5py.File(path, "w") as f:
+        for key, values in rows_.items():
+            f.create_dataset(key, data=np.asarray(values, bool if key in ("terminals", "timeouts") else np.float32))
+    return path
+
+
+def test_the_offline_objective_needs_no_simulator(robot_only_dataset, tmp_path, capsys):
+    space = write(tmp_path / "space.toml", SPACE)
+    sim = main(sweep_args(robot_only_dataset, space, tmp_path / "sim"))
+    err = capsys.readouterr().err
+    assert sim == 2 and "no simulator task" in err and not (tmp_path / "sim" / "study.db").exists()
+    assert main(sweep_args(robot_only_dataset, space, tmp_path / "offline", "--objective", "offline", "--trials", "2",
+                           "--population", "2")) == 0
+    table = rows(tmp_path / "offline")
+    assert len(table) == 2 and all(r["sim_score"] == "" for r in table)
+    # Raw returns (no reference scores): the pessimistic estimate is below the mean return over members.
+    assert all(float(r["value"]) == float(r["offline_objective"]) < float(r["offline_estimate"]) for r in table)
+
+
+# ------------------------------------------------------------------------------------------------ Ctrl-C
+
+
+def test_ctrl_c_fails_and_requeues_the_trials_in_flight_and_a_rerun_finishes_them(hopper_tiny_path, tmp_path):
+    space = write(tmp_path / "space.toml", SPACE)
+    sweep_dir = tmp_path / "sweep"
+    args = sweep_args(hopper_tiny_path, space, sweep_dir, "--trials", "2", "--population", "2",
+                      "--schedule.eval-every", "20", "--schedule.epochs", "40")  # long enough to be interrupted
+    worker = subprocess.Popen([sys.executable, "-m", "mbrl.cli", *args], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                              text=True, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    for line in worker.stdout:
+        if "training trials" in line:
+            break
+    time.sleep(5)
+    worker.send_signal(signal.SIGINT)
+    out, _ = worker.communicate(timeout=300)
+    assert worker.returncode == 130, out
+    study = study_of(sweep_dir, "mopo-hopper-tiny")
+    failed = [t for t in study.trials if t.state == optuna.trial.TrialState.FAIL]
+    waiting = [t for t in study.trials if t.state == optuna.trial.TrialState.WAITING]
+    assert len(failed) == 2 and all(t.user_attrs["stopped"] == "interrupted" for t in failed)
+    assert sorted(t.params["mopo.penalty_coef"] for t in waiting) == sorted(t.params["mopo.penalty_coef"] for t in failed)
+
+    assert main([*args[:-2], "--schedule.epochs", "2"]) == 2  # another base config: refused, not mixed in
+    assert main(args) == 0
+    study = study_of(sweep_dir, "mopo-hopper-tiny")
+    complete = [t for t in study.trials if t.state == optuna.trial.TrialState.COMPLETE]
+    assert len(complete) == 2 and not [t for t in study.trials if t.state == optuna.trial.TrialState.WAITING]
+    assert sorted(t.params["mopo.penalty_coef"] for t in complete) == sorted(t.params["mopo.penalty_coef"] for t in failed)
+
+
+# ------------------------------------------------------------------------------------------------ pieces
+
+
+def test_spearman_is_the_rank_correlation():
+    assert objective.spearman([1, 2, 3, 4], [10, 20, 30, 40]) == pytest.approx(1.0)
+    assert objective.spearman([1, 2, 3, 4], [4, 1, 0, -5]) == pytest.approx(-1.0)
+    assert objective.spearman([1, 2, 3, 4, 5], [1, 4, 9, 16, 25.0]) == pytest.approx(1.0)  # monotone, not linear
+    # x ranks 1..4, y ranks 1.5, 1.5, 3, 4 (a tie): Pearson of the ranks.
+    assert objective.spearman([1, 2, 3, 4], [5, 5, 6, 7]) == pytest.approx(np.corrcoef([1, 2, 3, 4], [1.5, 1.5, 3, 4])[0, 1])
+    assert objective.spearman([1, 2], [1, 2]) is None
+
+
+def test_the_holdout_takes_whole_episodes(hopper_tiny_path):
+    from mbrl import datasets
+
+    dataset = datasets.load(hopper_tiny_path)
+    train, heldout = objective.split_holdout(dataset, 0.25, seed=0)
+    lengths = dataset.episode_lengths()
+    assert len(train) + len(heldout) == len(dataset)
+    assert train.num_episodes == dataset.num_episodes - round(0.25 * dataset.num_episodes)
+    assert sorted(train.episode_lengths().tolist() + [len(heldout)]) != []  # shapes line up
+    kept = {tuple(train.transitions.obs[s]) for s in train.episode_starts}
+    firsts = [tuple(dataset.transitions.obs[s]) for s in dataset.episode_starts]
+    assert kept <= set(firsts) and sum(lengths[[f in kept for f in firsts]]) == len(train)
+
+
+def test_sim_score_is_the_mean_of_the_last_evaluations_and_the_q_trend_a_slope():
+    records = [{"epoch": e, "updates": 1000 * e, "train": {"q_mean": [2.0 * e, 5.0]},
+                "eval": {"normalized_score": [float(e), 10.0 * e]} if e % 2 == 0 else None} for e in range(1, 9)]
+    assert objective.sim_scores(records, 3) == pytest.approx([6.0, 60.0])  # evals at 4, 6, 8
+    assert objective.q_trends(records) == pytest.approx([2.0, 0.0])  # per 1,000 updates
