@@ -10,7 +10,8 @@ A worker's loop:
    by world model (ensemble and fit settings: fitted once per dataset and setting, cached in the sweep
    directory); train each group as one population (`mbrl.train.train_population`, every trial with the
    same `--seeds`), beating the heartbeat of its trials meanwhile;
-5. score every member (`mbrl.sweep.objective`) and tell each trial its objective.
+5. score every member (`mbrl.sweep.objective`) and tell each trial its objective. The offline estimate
+   of every trial rolls its policy out in the world model, so a sweep fits one even for BC.
 
 Ctrl-C stops after the running epoch: the trials in flight are marked failed and queued again, so
 running the same command continues the study. Many machines share a study through its storage
