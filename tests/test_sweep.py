@@ -255,3 +255,20 @@ def test_sim_score_is_the_mean_of_the_last_evaluations_and_the_q_trend_a_slope()
                 "eval": {"normalized_score": [float(e), 10.0 * e]} if e % 2 == 0 else None} for e in range(1, 9)]
     assert objective.sim_scores(records, 3) == pytest.approx([6.0, 60.0])  # evals at 4, 6, 8
     assert objective.q_trends(records) == pytest.approx([2.0, 0.0])  # per 1,000 updates
+
+
+def test_the_heldout_td_error_is_the_critics_td_error_alone(hopper_tiny_path):
+    """Two RAVL members with the same seed and different EDAC weights have the same critics at init: their
+    held-out TD errors must agree: the diversity term is not a TD error."""
+    from mbrl import datasets
+    from mbrl.train import hypers_of, member_config, trainer_for
+
+    dataset = datasets.load(hopper_tiny_path)
+    config = config_io.build("ravl", str(hopper_tiny_path), "quick",
+                             {"sac": {"num_critics": 3, "hidden_sizes": [16, 16], "batch_size": 16}})
+    trainer = trainer_for(config, dataset.info.obs_dim, dataset.info.act_dim)
+    members = [member_config(config, {"sac": {"eta": eta}}) for eta in (1.0, 50.0)]
+    state = trainer.initial_state([0, 0], [hypers_of(c) for c in members])
+    _, heldout = objective.split_holdout(dataset, 0.3)
+    td = objective.heldout_td_errors(trainer, state, heldout, rows=64)
+    assert td[0] == pytest.approx(td[1], rel=1e-6) and td[0] > 0

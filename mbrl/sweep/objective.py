@@ -113,8 +113,8 @@ def heldout_td_errors(trainer, state, heldout: Transitions | None, rows: int = 4
     key = jax.random.PRNGKey(seed)
 
     def one(agent_state, hypers):
-        loss, _ = core.critic_loss(agent_state.critic_params, agent_state, batch, key, hypers["sac"])
-        return loss / core.config.num_critics
+        _, metrics = core.critic_loss(agent_state.critic_params, agent_state, batch, key, hypers["sac"])
+        return metrics["critic_loss"] / core.config.num_critics  # the TD part, without EDAC's diversity term
 
     return np.asarray(jax.jit(jax.vmap(one))(state.agent, state.hypers), np.float64).tolist()
 
