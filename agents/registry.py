@@ -36,10 +36,14 @@ class AlgorithmEntry:
     def uses_model(self) -> bool:
         return "ensemble" in self.sections
 
+    def hyper_values(self, config) -> dict[str, dict[str, float]]:
+        """The values of `config` (a TrainConfig) carried as traced data, as nested dicts of floats."""
+        return {section: {name: getattr(getattr(config, section), name) for name in names}
+                for section, names in self.hyper_fields.items()}
+
     def hypers_of(self, config) -> Hypers:
-        """The traced values of `config` (a TrainConfig) as float32 scalars."""
-        return as_hypers({section: {name: getattr(getattr(config, section), name) for name in names}
-                          for section, names in self.hyper_fields.items()})
+        """The traced values of `config` as float32 scalars."""
+        return as_hypers(self.hyper_values(config))
 
 
 def _ravl(config, obs_dim, act_dim):

@@ -33,6 +33,7 @@ from agents.mopo import MOPOConfig
 from agents.neubay import NeubayConfig
 from agents.sac_n import SACNConfig
 from mbrl.core.errors import ConfigError
+from mbrl.core.files import write_text_atomic
 from mbrl.core.replay import real_count
 from world_models.ensemble import EnsembleConfig
 from world_models.fit import FitConfig
@@ -397,10 +398,7 @@ def from_dict(data: dict[str, Any], where: str = "config") -> TrainConfig:
 
 def save(config: TrainConfig, path: Path) -> None:
     """Write `config.json` atomically."""
-    path = Path(path)
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(json.dumps(to_dict(config), indent=2) + "\n")
-    tmp.replace(path)
+    write_text_atomic(path, json.dumps(to_dict(config), indent=2) + "\n")
 
 
 def load(path: Path) -> TrainConfig:

@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 
 from mbrl.core.errors import MissingDependencyError
+from mbrl.core.files import write_text_atomic
 
 METRICS_FILE = "metrics.jsonl"
 
@@ -48,9 +49,7 @@ def truncate_metrics(path: str | Path, last_epoch: int) -> None:
     """Keep only the records of epochs <= `last_epoch` (those a resumed run does not redo)."""
     path = Path(path)
     kept = [r for r in read_metrics(path) if r.get("epoch", 0) <= last_epoch]
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text("".join(json.dumps(r) + "\n" for r in kept))
-    tmp.replace(path)
+    write_text_atomic(path, "".join(json.dumps(r) + "\n" for r in kept))
 
 
 class _TensorBoard:

@@ -49,6 +49,7 @@ from agents import registry
 from mbrl import imagination
 from mbrl.config import TrainConfig
 from mbrl.core.errors import ConfigError
+from mbrl.core.files import write_text_atomic
 from mbrl.core.types import PolicyInput
 
 
@@ -476,9 +477,7 @@ RUN_FILE = "run.json"  # facts a run needs besides its config: world-model paths
 
 
 def _write_json(path: Path, data: dict) -> None:
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(json.dumps(data, indent=1) + "\n")
-    tmp.replace(path)
+    write_text_atomic(path, json.dumps(data, indent=1) + "\n")
 
 
 def read_run_facts(run_dir: Path) -> dict | None:

@@ -36,6 +36,7 @@ from typing import Any
 import numpy as np
 
 from mbrl.core.errors import ConfigError
+from mbrl.core.files import write_text_atomic
 from mbrl.sweep import objective as objectives
 from mbrl.sweep.space import Space, nested
 
@@ -280,14 +281,6 @@ def model_key(config) -> str:
     return hashlib.sha1(json.dumps(data, sort_keys=True, default=str).encode()).hexdigest()[:12]
 
 
-def _hyper_overrides(config) -> dict[str, dict[str, float]]:
-    from agents import registry
-
-    entry = registry.entry(config.algo)
-    return {section: {name: getattr(getattr(config, section), name) for name in names}
-            for section, names in entry.hyper_fields.items()}
-
-
 class Sweep:
     """One worker on one study."""
 
@@ -456,6 +449,7 @@ class Sweep:
                 self._give_back(a, "interrupted" if self._stopping() else "error")
 
     def run_group(self, members: list[Asked]) -> None:
+        from agents import registry
         from mbrl.core.score import normalized_score
         from mbrl.train import train_population, trainer_for
 
@@ -464,7 +458,8 @@ class Sweep:
         seeds = base.seed_list
         train, heldout, task, ref = self.data()
         model = self.world_model(base)
-        hypers = [_hyper_overrides(a.config) for a in members for _ in seeds]
+        entry = registry.entry(base.algo)
+        hypers = [entry.hyper_values(a.config) for a in members for _ in seeds]
         member_seeds = seeds * len(members)
         numbers = ", ".join(str(a.trial.number) for a in members)
         self.on_event(f"training trials {numbers} as one population of {len(hypers)} members")
@@ -527,13 +522,6 @@ def trial_rows(study, space: Space) -> list[dict[str, Any]]:
     return rows
 
 
-def _atomic_write(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    tmp.write_text(text)
-    tmp.replace(path)
-
-
 def write_outputs(settings: Settings, study, plots: bool = False) -> dict[str, Any]:
     """trials.csv, best/config.json, summary.json (and, with `plots`, the PNGs) in the sweep directory."""
     from optuna.trial import TrialState
@@ -547,7 +535,7 @@ def write_outputs(settings: Settings, study, plots: bool = False) -> dict[str, A
         writer = csv.DictWriter(buffer, fieldnames=list(rows[0]))
         writer.writeheader()
         writer.writerows(rows)
-    _atomic_write(out / "trials.csv", buffer.getvalue())
+    write_text_atomic(out / "trials.csv", buffer.getvalue())
     complete = [t for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))]
     summary: dict[str, Any] = {"study": settings.study_name, "complete": len(complete), "objective": settings.objective}
     both = [t for t in complete if t.user_attrs.get("sim_score") is not None
@@ -562,7 +550,7 @@ def write_outputs(settings: Settings, study, plots: bool = False) -> dict[str, A
         config_io.save(config, out / "best" / "config.json")
         summary["best"] = {"number": best.number, "value": best.value, "params": best.params,
                            **{k: best.user_attrs.get(k) for k in ("sim_score", "offline_objective")}}
-    _atomic_write(out / "summary.json", json.dumps(summary, indent=1) + "\n")
+    write_text_atomic(out / "summary.json", json.dumps(summary, indent=1) + "\n")
     if plots and len(complete) >= 2:
         write_plots(study, out)
     return summary

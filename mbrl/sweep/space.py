@@ -15,7 +15,6 @@ import dataclasses
 import json
 import math
 import tomllib
-import typing
 from pathlib import Path
 from typing import Any
 
@@ -129,7 +128,9 @@ def load(path: str | Path, base) -> Space:
 
 
 def _dimension(name: str, spec, hint, where: str) -> Dimension:
-    base_hint = _scalar(hint)
+    from mbrl.config import _cli_type
+
+    base_hint = _cli_type(hint)  # `float | None` -> float
     if not isinstance(spec, dict):
         raise ConfigError(f"{where}: expected a table {{low = .., high = ..}} or {{choices = [..]}}, found {spec!r}")
     if "choices" in spec:
@@ -168,11 +169,3 @@ def _dimension(name: str, spec, hint, where: str) -> Dimension:
         return Dimension(name, "int", int(low), int(high), log, step)
     return Dimension(name, "float", float(low), float(high), log, None if step is None else float(step))
 
-
-def _scalar(hint):
-    options = [o for o in typing.get_args(hint) if o is not type(None)] if typing.get_origin(hint) in (typing.Union,) else None
-    if options is None and hasattr(hint, "__args__") and type(None) in getattr(hint, "__args__", ()):
-        options = [o for o in hint.__args__ if o is not type(None)]
-    if options and len(options) == 1:
-        return options[0]
-    return hint
