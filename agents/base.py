@@ -20,7 +20,9 @@ algorithm it runs:
 - "none": real data only (BC);
 - "transitions": short rollouts as flat rows in a ring buffer, rewards through `model_reward(hypers,
   reward, uncertainty)` (MOPO, RAVL);
-- "sequences": whole imagined trajectories after real prefixes, on a sequence tape (NEUBAY).
+- "sequences": whole imagined trajectories after real prefixes, on a sequence tape (NEUBAY);
+- "onpolicy": a fresh batch of long rollouts every iteration, from real histories, handed to the algorithm's
+  `prepare(state, rollout, valid, hypers)` and used for that iteration's updates only (MOPO-PPO).
 """
 
 from __future__ import annotations
@@ -29,7 +31,7 @@ from typing import Any, ClassVar, Protocol
 
 import jax
 
-IMAGINATION_KINDS = ("none", "transitions", "sequences")
+IMAGINATION_KINDS = ("none", "transitions", "sequences", "onpolicy")
 
 Hypers = dict[str, dict[str, jax.Array]]
 

@@ -20,7 +20,7 @@ from typing import Any
 
 from agents import neubay_presets
 
-ALGOS: tuple[str, ...] = ("ravl", "mopo", "bc", "neubay")
+ALGOS: tuple[str, ...] = ("ravl", "mopo", "bc", "neubay", "mopo-ppo")
 PRESETS: tuple[str, ...] = ("quick", "paper")
 
 # MOPO's published per-dataset (rollout length h, penalty λ): tianheyu927/mopo,
@@ -111,6 +111,25 @@ BASE: dict[tuple[str, str], dict[str, Any]] = {
     ("bc", "quick"): {
         "bc": {"hidden_sizes": (256, 256), "learning_rate": 3e-4, "batch_size": 256},
         "schedule": {"epochs": 20, "updates_per_epoch": 1000, "eval_every": 5, "eval_episodes": 5},
+    },
+    # MOPO-PPO (Li et al. 2025, RWM-U): 4,096 imagined environments x 100 steps per iteration, lambda 1.0, PPO
+    # with rsl_rl's defaults (`agents.ppo.PPOConfig`), RWM-U with the paper's sizes (`world_models.recurrent`);
+    # an iteration is one epoch of ppo.learning_epochs x ppo.minibatches = 20 updates (`schedule.updates_per_epoch`
+    # follows from the ppo section). 1,500 iterations are
+    # rsl_rl's example `max_iterations` (leggedrobotics/rsl_rl_rwm config/example_config.yaml).
+    ("mopo-ppo", "paper"): {
+        "imagination": {"horizon": 100, "rollouts_per_epoch": 4096},
+        "mopo_ppo": {"penalty_coef": 1.0},
+        "schedule": {"epochs": 1500, "eval_every": 50, "eval_episodes": 10},
+    },
+    # Quick: 5x fewer imagined environments, a smaller policy and model, a fit time budget.
+    ("mopo-ppo", "quick"): {
+        "imagination": {"horizon": 100, "rollouts_per_epoch": 512},
+        "mopo_ppo": {"penalty_coef": 1.0},
+        "ppo": {"hidden_sizes": (128, 128)},
+        "rwm": {"gru_hidden": 128, "history": 16},
+        "rwm_fit": {"batch_size": 256, "max_seconds": 240.0, "max_epochs": 60},
+        "schedule": {"epochs": 200, "eval_every": 25, "eval_episodes": 5},
     },
 }
 

@@ -13,7 +13,9 @@ from typing import Any
 from agents.base import Hypers, as_hypers
 from agents.bc import BC, BC_HYPERS
 from agents.mopo import MOPO, MOPO_HYPERS
+from agents.mopo_ppo import MOPO_PPO_HYPERS, MOPOPPO
 from agents.neubay import NEUBAY_HYPERS, Neubay
+from agents.ppo import PPO_HYPERS
 from agents.ravl import RAVL
 from agents.sac_n import SAC_HYPERS
 from mbrl.core.errors import ConfigError
@@ -34,7 +36,17 @@ class AlgorithmEntry:
 
     @property
     def uses_model(self) -> bool:
-        return "ensemble" in self.sections
+        return self.model_kind is not None
+
+    @property
+    def model_sections(self) -> tuple[str, ...]:
+        """The config sections that define its world model (its architecture and its fit)."""
+        return {"rwm": ("rwm", "rwm_fit"), "mlp": ("ensemble", "fit"), None: ()}[self.model_kind]
+
+    @property
+    def model_kind(self) -> str | None:
+        """The world model it fits by default: "mlp" (the ensemble), "rwm" (RWM-U), or None."""
+        return "rwm" if "rwm" in self.sections else "mlp" if "ensemble" in self.sections else None
 
     def hyper_values(self, config) -> dict[str, dict[str, float]]:
         """The values of `config` (a TrainConfig) carried as traced data, as nested dicts of floats."""
@@ -63,6 +75,10 @@ def _neubay(config, obs_dim, act_dim):
     return Neubay(config.neubay, obs_dim, act_dim, total_updates=total)
 
 
+def _mopo_ppo(config, obs_dim, act_dim):
+    return MOPOPPO(config.ppo, config.mopo_ppo, obs_dim, act_dim)
+
+
 def _real_rows(config) -> int:
     """The leading real rows of every mixed batch (the BC anchor imitates these)."""
     return real_count(config.sac.batch_size, config.imagination.real_ratio)
@@ -75,6 +91,9 @@ ALGORITHMS: dict[str, AlgorithmEntry] = {
     "bc": AlgorithmEntry("bc", ("bc",), (), {"bc": BC_HYPERS}, _bc),
     "neubay": AlgorithmEntry("neubay", ("neubay", "imagination", "ensemble", "fit"), ("per_seed_model",),
                              {"neubay": NEUBAY_HYPERS}, _neubay),
+    "mopo-ppo": AlgorithmEntry("mopo-ppo", ("ppo", "mopo_ppo", "imagination", "rwm", "rwm_fit"),
+                               ("horizon", "rollouts_per_epoch"), {"ppo": PPO_HYPERS, "mopo_ppo": MOPO_PPO_HYPERS},
+                               _mopo_ppo),
 }
 
 

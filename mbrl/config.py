@@ -30,13 +30,17 @@ from typing import Annotated, Any
 from agents import presets, registry
 from agents.bc import BCConfig
 from agents.mopo import MOPOConfig
+from agents.mopo_ppo import MOPOPPOConfig
 from agents.neubay import NeubayConfig
+from agents.ppo import PPOConfig
 from agents.sac_n import SACNConfig
 from mbrl.core.errors import ConfigError
 from mbrl.core.files import write_text_atomic
 from mbrl.core.replay import real_count
 from world_models.ensemble import EnsembleConfig
 from world_models.fit import FitConfig
+from world_models.recurrent import RecurrentConfig
+from world_models.recurrent_fit import RecurrentFitConfig
 
 CONFIG_VERSION = 1
 
@@ -122,7 +126,7 @@ TOP_LEVEL = ("algo", "dataset", "preset", "seed", "seeds")  # fields of TrainCon
 class TrainConfig:
     """Everything that defines a run. `config.json` in a run directory is this, as JSON.
 
-    algo: ravl | mopo | bc | neubay.
+    algo: ravl | mopo | bc | neubay | mopo-ppo.
     dataset: a dataset SOURCE (`mbrl data list`): a made dataset name such as hopper-medium, a
         .hdf5/.npz path or minari:ID.
     preset: quick (sized for 2 CPU cores) | paper (the published settings).
@@ -141,9 +145,13 @@ class TrainConfig:
     mopo: MOPOConfig = MOPOConfig()
     bc: BCConfig = BCConfig()
     neubay: NeubayConfig = NeubayConfig()
+    ppo: PPOConfig = PPOConfig()
+    mopo_ppo: MOPOPPOConfig = MOPOPPOConfig()
     imagination: ImaginationConfig = ImaginationConfig()
     ensemble: EnsembleConfig = EnsembleConfig()
     fit: FitConfig = FitConfig()
+    rwm: RecurrentConfig = RecurrentConfig()
+    rwm_fit: RecurrentFitConfig = RecurrentFitConfig()
     schedule: ScheduleConfig = ScheduleConfig()
     logging: LoggingConfig = LoggingConfig()
 
@@ -157,6 +165,15 @@ class TrainConfig:
         changed = [name for name in unread_fields(self.algo) if _field_value(self, name) != _field_value(_DEFAULTS, name)]
         if changed:
             raise ConfigError(refusal(self.algo, changed))
+        if "ppo" in entry.sections and self.schedule.updates_per_epoch != self.ppo.updates_per_iteration:
+            # An epoch is one PPO iteration: its updates follow from the ppo section unless given otherwise.
+            if self.schedule.updates_per_epoch != ScheduleConfig.updates_per_epoch:
+                raise ConfigError(
+                    f"schedule.updates_per_epoch: an epoch of {self.algo} is one PPO iteration of ppo.learning_epochs "
+                    f"{self.ppo.learning_epochs} x ppo.minibatches {self.ppo.minibatches} = "
+                    f"{self.ppo.updates_per_iteration} updates; found {self.schedule.updates_per_epoch}")
+            object.__setattr__(self, "schedule",
+                               dataclasses.replace(self.schedule, updates_per_epoch=self.ppo.updates_per_iteration))
         if ("sac" in entry.sections and entry.uses_model and self.sac.actor_bc_coef > 0
                 and real_count(self.sac.batch_size, self.imagination.real_ratio) == 0):
             raise ConfigError(
@@ -362,7 +379,9 @@ def build(algo: str = "ravl", dataset: str = "hopper-medium", preset: str = "qui
     if names:
         raise ConfigError(refusal(algo, names))
     layers = _merge(presets.preset(algo, preset, dataset_key(dataset)), {"algo": algo, "dataset": dataset, "preset": preset})
-    return override(base, _merge(layers, overrides or {}))
+    # From the plain defaults, so that nothing `base` derived from its own sections (mopo-ppo's updates per epoch)
+    # stands in for a value given here.
+    return override(TrainConfig(), _merge(layers, overrides or {}))
 
 
 def to_dict(config: TrainConfig) -> dict[str, Any]:

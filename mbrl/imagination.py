@@ -8,6 +8,8 @@ An algorithm's `imagination` kind (`agents.base`) picks one part:
   algorithm's `model_reward` (MOPO's penalty) and writes the rows into a ring buffer that keeps
   `retain_epochs` collects. A collect earns the epoch's K updates; a batch is `num_real` real rows,
   then model rows (the BC anchor imitates the leading real rows).
+- `OnPolicyImagination` ("onpolicy", MOPO-PPO): a fresh batch of long rollouts every iteration, from real
+  histories the recurrent model is warmed up on, turned by the agent into one PPO iteration and then dropped.
 - `SequenceImagination` ("sequences", NEUBAY; twni2016/neubay experience/collector.py `ContCollector`):
   1. draw `parallel_size` steps uniformly over the dataset's observations (episode e, step p);
   2. warm the actor's memory on the real prefix 0..p-1 of episode e (`world_models.rollout.warm_up`);
@@ -23,8 +25,9 @@ Every part has the same pure surface: `real_data(dataset)`, `empty()`, `initial_
 `collect(agent, agent_state, store, counters, real, world_model, aux, hypers, key) -> (store, counters,
 metrics, earned)` and `sample(real, store, key, count)`; `prepare(world_model, real)` computes, once per
 model on the host, what collects need besides the model (NEUBAY: the dataset's sorted uncertainties).
-`fixed_credit` is the static number of updates a collect earns when it does not depend on the data; a
-part without one (None) also gives `epoch_metrics(counters, store, collects, collect_means, aux, hypers)`,
+`fixed_credit` is the static number of updates a collect earns when it does not depend on the data; a part
+that does not `retains_store` hands its collect's data to that epoch's updates only (on-policy). A part
+without a fixed credit (None) also gives `epoch_metrics(counters, store, collects, collect_means, aux, hypers)`,
 the epoch's summary from its collects' metrics averaged over the epoch.
 """
 
@@ -70,6 +73,7 @@ class RealOnly:
     """Batches of the dataset's rows, nothing imagined."""
 
     uses_model = False
+    retains_store = True  # the store a collect returns is the next collect's
 
     def __init__(self, agent, config):
         self.agent = agent
@@ -223,6 +227,7 @@ class SequenceImagination:
     """Long imagined trajectories after real prefixes, on a tape; a collect earns ceil(utd · stored)."""
 
     uses_model = True
+    retains_store = True
     fixed_credit = None
 
     def __init__(self, agent, config):
@@ -393,7 +398,129 @@ def _imagine_onto_rows(key, model, policy, actor, rows: Tape, offset, start, mem
     return rows, stats
 
 
-PARTS = {"none": RealOnly, "transitions": FlatImagination, "sequences": SequenceImagination}
+@struct.dataclass
+class RealSteps:
+    """The dataset's rows in episode order, with each row's step within its episode (where histories start)."""
+
+    obs: jax.Array
+    action: jax.Array
+    next_obs: jax.Array
+    terminal: jax.Array
+    position: jax.Array  # (N,) int32: the row's step in its episode
+
+
+class OnPolicyImagination:
+    """Fresh imagined trajectories every iteration, used once (MOPO-PPO; Li et al. 2025, RWM-U).
+
+    A collect draws `rollouts_per_epoch` dataset steps s whose episode has a history of the model's length L
+    up to s (all steps for a Markov model), warms the model up on steps s-L+1..s, and imagines `horizon` steps
+    from the observation after s (`world_models.rollout.rollout`, the model's carry from the warm-up). Model
+    rewards go through the agent's `model_reward` (the λ·u penalty); a trajectory is cut, and bootstrapped,
+    before a step whose uncertainty exceeds `threshold_quantile` of the model's uncertainty on the dataset's
+    own steps. The agent turns the rollout into one iteration's batch (`prepare`: values, log-probs, GAE), which
+    earns its `ppo.learning_epochs × ppo.minibatches` minibatch updates; nothing is kept for later epochs.
+    """
+
+    uses_model = True
+    retains_store = False
+
+    def __init__(self, agent, config):
+        from world_models.rollout import RolloutConfig
+
+        self.agent = agent
+        self.horizon = config.imagination.horizon
+        self.envs = config.imagination.rollouts_per_epoch
+        self.fixed_credit = agent.config.updates_per_iteration
+        self.batch_size = agent.batch_size
+        member_mode = "per_trajectory" if config.mopo_ppo.head_mode == "per_trajectory" else "per_sample"
+        self.rollout_config = RolloutConfig(member_mode=member_mode, member_pool="elites",
+                                            uncertainty=agent.uncertainty)
+        self._aux_cache: tuple[Any, Any, Any] | None = None
+
+    def real_data(self, dataset) -> RealSteps:
+        t = dataset.transitions
+        starts = np.asarray(dataset.episode_starts)
+        position = np.arange(len(t)) - np.repeat(starts, np.diff(np.append(starts, len(t))))
+        return RealSteps(jnp.asarray(t.obs), jnp.asarray(t.action), jnp.asarray(t.next_obs),
+                         jnp.asarray(t.terminal, bool), jnp.asarray(position, jnp.int32))
+
+    def prepare(self, world_model, real: RealSteps):
+        """Once per model and dataset: the rows a history may end at, and the sorted uncertainty of the model on
+        the dataset's steps (after reading each step's history), whose quantile is the cut."""
+        from world_models.rollout import model_step
+
+        cached = self._aux_cache
+        if cached is not None and cached[0] is world_model and cached[1] is real:
+            return cached[2]
+        history = getattr(world_model, "history", 0)
+        position, terminal = np.asarray(real.position), np.asarray(real.terminal)
+        ends = np.flatnonzero((position >= max(history - 1, 0)) & ~terminal).astype(np.int32)
+        if not len(ends):
+            from mbrl.core.errors import DatasetError
+
+            raise DatasetError(f"no episode has the {history} steps of history the world model reads before it imagines")
+        probe = ends[np.linspace(0, len(ends) - 1, min(len(ends), THRESHOLD_PROBES)).round().astype(int)]
+        carry = self._warm_up(world_model, real, probe, history, last=history - 1)
+        measure_config = dataclasses.replace(self.rollout_config, deterministic=True)
+        out = jax.jit(model_step, static_argnames=("cfg",))(world_model, jax.random.PRNGKey(0), real.obs[probe],
+                                                            real.action[probe], None, carry, cfg=measure_config)
+        value = (jnp.asarray(ends), jnp.sort(out.uncertainty.astype(jnp.float32)))
+        self._aux_cache = (world_model, real, value)
+        return value
+
+    @staticmethod
+    def _warm_up(world_model, real: RealSteps, ends, history: int, last: int):
+        """The model's carry after reading `last` real steps from row end - history + 1 on, for each row of `ends`:
+        up to the row itself when `last` == history, up to the row before when history - 1. None for a Markov
+        model (or nothing to read)."""
+        if not history or not last:
+            return None
+        rows = ends[:, None] - history + 1 + jnp.arange(last)[None, :]
+        return world_model.warm_up(real.obs[rows], real.action[rows])
+
+    def empty(self):
+        return ()
+
+    def initial_counters(self):
+        return ()
+
+    def collect(self, agent_state, store, counters, real: RealSteps, world_model, aux, hypers, key):
+        from world_models.rollout import rollout
+
+        ends, sorted_u = aux
+        pick_key, rollout_key = jax.random.split(key)
+        history = getattr(world_model, "history", 0)
+        picked = ends[jax.random.randint(pick_key, (self.envs,), 0, ends.shape[0])]
+        carry = self._warm_up(world_model, real, picked, history, last=history)
+        threshold = quantile_of_sorted(sorted_u, hypers["mopo_ppo"]["threshold_quantile"])
+        imagined = rollout(rollout_key, world_model, ExploringPolicy(self.agent), self.agent.actor_params(agent_state),
+                           real.next_obs[picked], self.horizon, self.rollout_config, model_carry=carry,
+                           threshold=threshold)
+        rows = imagined.transitions.replace(
+            reward=self.agent.model_reward(hypers, imagined.raw_reward, imagined.uncertainty))
+        _, batch, metrics = self.agent.prepare(agent_state, rows, imagined.valid, hypers)
+        stats = imagined.stats
+        metrics = {**metrics,
+                   "imagined_length_mean": stats.mean_length,
+                   "imagined_return": jnp.mean(stats.returns),
+                   "rollout_terminated": jnp.mean(stats.terminated.astype(jnp.float32)),
+                   "rollout_cut_by_uncertainty": jnp.mean(stats.cut_by_uncertainty.astype(jnp.float32)),
+                   "model_reward": _mean_where(imagined.raw_reward, imagined.valid),
+                   "model_uncertainty": _mean_where(imagined.uncertainty, imagined.valid),
+                   "uncertainty_threshold": threshold}
+        return batch, counters, metrics, self.fixed_credit
+
+    def sample(self, real, store, key, count: int):
+        batches = self.agent.minibatches(store, key)
+        assert batches.index.shape[0] == count, (batches.index.shape, count)
+        return batches
+
+
+# Dataset steps at which the model's own uncertainty is measured for the threshold quantile.
+THRESHOLD_PROBES = 4096
+
+PARTS = {"none": RealOnly, "transitions": FlatImagination, "sequences": SequenceImagination,
+         "onpolicy": OnPolicyImagination}
 
 
 def make(agent, config):

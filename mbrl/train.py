@@ -78,7 +78,7 @@ def compile_key(config: TrainConfig) -> TrainConfig:
     entry = registry.entry(config.algo)
     sections = {}
     for name in entry.sections:
-        if name in ("ensemble", "fit"):
+        if name in ("ensemble", "fit", "rwm", "rwm_fit"):  # the model is an argument of the program
             continue
         section = getattr(config, name)
         defaults = type(section)()
@@ -154,7 +154,8 @@ class Trainer:
                                                             aux, state.hypers, collect_key)
             batches = self.part.sample(real, store, sample_key, self.budget)
             agent, update_metrics = self.agent.update_many(state.agent, batches, update_key, state.hypers)
-            state = state.replace(agent=agent, store=store, counters=counters, key=key, epoch=state.epoch + 1)
+            kept = store if self.part.retains_store else state.store
+            state = state.replace(agent=agent, store=kept, counters=counters, key=key, epoch=state.epoch + 1)
             return state, {**metrics, **update_metrics}
         return self._credit_epoch(state, real, world_model, aux)
 
@@ -440,23 +441,33 @@ def _model_paths(config: TrainConfig, run_dir: Path, world_model_dir: Path | Non
 
 
 def fit_model(config: TrainConfig, dataset, task, seed_offset: int = 0, progress: bool = False):
-    """A world model fitted with `config`'s ensemble and fit sections (fit seed + `seed_offset`)."""
+    """A world model of the kind the algorithm fits (`agents.registry.AlgorithmEntry.model_kind`): the MLP
+    ensemble with `config`'s ensemble and fit sections, or RWM-U with its rwm and rwm_fit sections (fit seed +
+    `seed_offset`)."""
+    termination_fn = task.termination_fn if task is not None else None
+    if registry.entry(config.algo).model_kind == "rwm":
+        from world_models.recurrent_fit import fit_recurrent_model
+
+        fit_config = dataclasses.replace(config.rwm_fit, seed=config.rwm_fit.seed + seed_offset)
+        return fit_recurrent_model(dataset, config=config.rwm, fit_config=fit_config, termination_fn=termination_fn,
+                                   progress=progress).model
     from world_models.fit import fit_world_model
 
     fit_config = dataclasses.replace(config.fit, seed=config.fit.seed + seed_offset)
-    return fit_world_model(dataset, config=config.ensemble, fit_config=fit_config,
-                           termination_fn=task.termination_fn if task is not None else None, progress=progress).model
+    return fit_world_model(dataset, config=config.ensemble, fit_config=fit_config, termination_fn=termination_fn,
+                           progress=progress).model
 
 
 def _world_models(config: TrainConfig, dataset, task, paths: list[Path], progress: bool):
     """Load each model that exists, fit (and save) the others; one pytree, seed-stacked when per seed."""
-    from world_models.model import ModelInfo, WorldModel
+    from world_models.model import ModelInfo
+    from world_models.recurrent import load_model
 
     termination_fn = task.termination_fn if task is not None else None
     models = []
     for index, path in enumerate(paths):
         if (path / "model.json").is_file():
-            models.append(WorldModel.load(path, termination_fn))
+            models.append(load_model(path, termination_fn))
             continue
         seed_offset = config.seed_list[index] if config.imagination.per_seed_model else 0
         model = fit_model(config, dataset, task, seed_offset, progress)

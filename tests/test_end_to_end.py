@@ -30,6 +30,9 @@ SECTIONS = {
     "neubay": {"d_model": 8, "d_hidden": 8, "memory_layers": 1, "head_hidden": 16, "head_layers": 1, "num_critics": 3,
                "sampled_critics": 2, "num_sequences": 2, "sequence_length": 8, "warmup_length": 8, "parallel_size": 4,
                "tape_capacity": 16, "max_episode_steps": 100, "rollout_chunk": 20, "utd": 0.5},
+    "ppo": {"hidden_sizes": [16, 16], "learning_epochs": 5, "minibatches": 2},
+    "rwm": {"num_heads": 3, "gru_layers": 1, "gru_hidden": 16, "head_hidden": [16], "history": 4, "forecast": 3},
+    "rwm_fit": {"batch_size": 16, "steps_per_epoch": 5, "max_epochs": 1},
     "imagination": {"rollouts_per_epoch": 32, "horizon": 2, "retain_epochs": 2},
     "schedule": {"epochs": 4, "updates_per_epoch": 10, "eval_every": 2, "eval_episodes": 2, "checkpoint_every": 1},
     "logging": {"progress": False},
@@ -78,17 +81,21 @@ def _checkpoints(run_dir):
     return sorted(int(p.name) for p in folder.iterdir() if p.name.isdigit()) if folder.is_dir() else []
 
 
-@pytest.mark.parametrize("algo", ["ravl", "mopo", "bc", "neubay"])
+@pytest.mark.parametrize("algo", ["ravl", "mopo", "bc", "neubay", "mopo-ppo"])
 def test_train_kill_resume_eval_export_deploy(algo, hopper_tiny_path, world_model_dir, tmp_path, capsys):
     config = tiny_config(algo, str(hopper_tiny_path))
     config_path = tmp_path / "config.json"
     config_io.save(config, config_path)
-    uses_model = registry.entry(algo).uses_model
+    # The MLP ensemble is fitted once for all; mopo-ppo fits its default RWM-U in each run (the killed one too,
+    # which the resumed run then reads back).
+    uses_model = registry.entry(algo).model_kind == "mlp"
 
     full = tmp_path / "full"
     assert cli_main(_train_argv(config_path, full, world_model_dir, uses_model)) == 0
     expected = _records(full)
     assert [r["epoch"] for r in expected] == [1, 2, 3, 4] and expected[-1]["eval"] is not None
+    if registry.entry(algo).model_kind == "rwm":
+        assert json.loads((full / "world_model" / "model.json").read_text())["format"] == "mbrl-recurrent-world-model"
 
     # The same run in another process, killed without warning once its first checkpoint is on disk.
     killed = tmp_path / "killed"

@@ -216,6 +216,7 @@ def test_uncertainty_measures_equal_direct_numpy():
     expected = {
         "aleatoric_max": [max(np.linalg.norm(stds[i, s]) for i in range(m)) for s in range(b)],
         "epistemic_std": [np.sqrt(np.mean(np.var(means[:, s], axis=0))) for s in range(b)],
+        "epistemic_sum": [np.sum(np.std(means[:, s], axis=0, ddof=1)) for s in range(b)],
         "pairwise_max": [
             max(np.linalg.norm(means[i, s] - means[j, s]) for i in range(m) for j in range(m)) for s in range(b)
         ],

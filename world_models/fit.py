@@ -239,17 +239,24 @@ def model_targets(transitions: Transitions) -> np.ndarray:
     return np.concatenate([delta, transitions.reward[:, None]], axis=1).astype(np.float32)
 
 
+def choose_eval_episodes(num_episodes: int, wanted: int, rng: np.random.Generator) -> np.ndarray:
+    """The episodes kept out of fitting entirely (at most 10% of them), the first draw of the fit's RNG: models
+    of either kind fitted with the same seed keep out the same episodes, so their k-step errors compare."""
+    count = min(wanted, num_episodes // 10)
+    if not count:
+        return np.zeros(0, np.int64)
+    return np.sort(rng.choice(num_episodes, size=count, replace=False))
+
+
 def split_rows(n: int, episode_starts: np.ndarray | None, config: FitConfig, rng: np.random.Generator):
     """(train_rows, holdout_rows, eval_episodes): eval episodes whole, the holdout random transitions."""
     eval_episodes = np.zeros(0, np.int64)
     available = np.ones(n, bool)
-    if episode_starts is not None and len(episode_starts) and config.eval_episodes:
-        count = min(config.eval_episodes, len(episode_starts) // 10)
-        if count:
-            eval_episodes = np.sort(rng.choice(len(episode_starts), size=count, replace=False))
-            bounds = np.append(episode_starts, n)
-            for e in eval_episodes:
-                available[bounds[e] : bounds[e + 1]] = False
+    if episode_starts is not None and len(episode_starts):
+        eval_episodes = choose_eval_episodes(len(episode_starts), config.eval_episodes, rng)
+        bounds = np.append(episode_starts, n)
+        for e in eval_episodes:
+            available[bounds[e] : bounds[e + 1]] = False
     rows = np.flatnonzero(available)
     holdout_size = min(int(len(rows) * config.holdout_ratio), config.max_holdout)
     holdout_size = max(holdout_size, 1)
@@ -259,7 +266,7 @@ def split_rows(n: int, episode_starts: np.ndarray | None, config: FitConfig, rng
     return np.sort(perm[holdout_size:]), np.sort(perm[:holdout_size]), eval_episodes
 
 
-def _progress(enabled: bool, total: int | None):
+def fit_progress(enabled: bool, total: int | None):
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
@@ -317,7 +324,7 @@ def fit_ensemble(
     reference = np.full(members, np.inf)  # loss at each member's last significant improvement
     since_improved, history, stop_reason = 0, [], "max_epochs"
     start = time.perf_counter()
-    with _progress(progress, fit_config.max_epochs) as bar:
+    with fit_progress(progress, fit_config.max_epochs) as bar:
         task = bar.add_task("fit", total=fit_config.max_epochs, status="compiling")
         epoch = 0
         while True:

@@ -126,6 +126,7 @@ class RolloutState:
 
     obs: jax.Array  # (B, obs_dim), frozen once the trajectory ended
     carry: Any
+    model_carry: Any  # the world model's memory (leaves lead with B); () for a Markov model
     prev_action: jax.Array
     prev_reward: jax.Array
     first: jax.Array
@@ -197,9 +198,7 @@ def _one_step(world_model, policy_fn, policy_state, cfg, horizon, state, members
     policy_key, model_key = jax.random.split(key)
     inputs = PolicyInput(state.obs, state.prev_action, state.prev_reward, state.first)
     action, carry = policy_fn(policy_state, state.carry, inputs, policy_key)
-    out = world_model.step(
-        model_key, state.obs, action, members, deterministic=cfg.deterministic, uncertainty=cfg.uncertainty
-    )
+    out = model_step(world_model, model_key, state.obs, action, members, state.model_carry, cfg)
     u = out.uncertainty.astype(jnp.float32)
     finite = jnp.isfinite(out.next_obs).all(axis=-1) & jnp.isfinite(out.reward) & jnp.isfinite(u)
     confident = finite if threshold is None else finite & (u <= threshold)
@@ -210,6 +209,7 @@ def _one_step(world_model, policy_fn, policy_state, cfg, horizon, state, members
     new_state = RolloutState(
         obs=_where(valid, out.next_obs, state.obs),
         carry=_where(valid, carry, state.carry),
+        model_carry=_where(valid, out.carry, state.model_carry),
         prev_action=_where(valid, action, state.prev_action),
         prev_reward=jnp.where(valid, raw_reward, state.prev_reward),
         first=state.first & ~valid,
@@ -224,6 +224,18 @@ def _one_step(world_model, policy_fn, policy_state, cfg, horizon, state, members
     if cfg.outputs == "transitions":
         record = record.replace(obs=state.obs, action=action, reward=raw_reward, next_obs=out.next_obs)
     return new_state, record
+
+
+def model_step(world_model, key, obs, action, members, model_carry, cfg: RolloutConfig):
+    """`world_model.step`, with its carry where the model has memory (`initial_carry`); duck-typed Markov models
+    without one are called as they are."""
+    kwargs = {"carry": model_carry} if hasattr(world_model, "initial_carry") else {}
+    return world_model.step(key, obs, action, members, deterministic=cfg.deterministic, uncertainty=cfg.uncertainty,
+                            **kwargs)
+
+
+def initial_model_carry(world_model, batch: int):
+    return world_model.initial_carry(batch) if hasattr(world_model, "initial_carry") else ()
 
 
 def _scan_steps(world_model, policy_fn, policy_state, cfg, horizon, num_steps, state, consts, step_key):
@@ -271,7 +283,7 @@ def _scan_steps(world_model, policy_fn, policy_state, cfg, horizon, num_steps, s
     return jax.lax.scan(step, state, None, length=num_steps)
 
 
-def _prepare(key, world_model, start_obs, cfg, start, members, max_length, threshold, act_dim):
+def _prepare(key, world_model, start_obs, cfg, start, members, max_length, threshold, act_dim, model_carry):
     """Initial state and per-trajectory constants, shared by `rollout` and `rollout_chunked`."""
     if start_obs.ndim != 2:
         raise ConfigError(f"rollout: start_obs must be (B, obs_dim), found shape {tuple(start_obs.shape)}")
@@ -297,6 +309,7 @@ def _prepare(key, world_model, start_obs, cfg, start, members, max_length, thres
     state = RolloutState(
         obs=jnp.asarray(start_obs, jnp.float32),
         carry=start.carry,
+        model_carry=initial_model_carry(world_model, batch) if model_carry is None else model_carry,
         prev_action=jnp.asarray(start.prev_action, jnp.float32),
         prev_reward=jnp.asarray(start.prev_reward, jnp.float32),
         first=jnp.asarray(start.first, bool),
@@ -357,6 +370,7 @@ def rollout(
     members: jax.Array | None = None,
     max_length: jax.Array | None = None,
     threshold: jax.Array | None = None,
+    model_carry: Any = None,
 ) -> ImaginedBatch:
     """Imagine `horizon` steps from B start states; records are (horizon, B, ...).
 
@@ -366,11 +380,14 @@ def rollout(
     max_length: (B,) or scalar int, the most steps a trajectory may take (NEUBAY: the episode's
         remaining horizon).
     threshold: scalar, overrides cfg.threshold without recompiling.
+    model_carry: a recurrent world model's memory at the start states (its `warm_up` on their real history);
+        None: its `initial_carry`.
     """
     if horizon < 1:
         raise ConfigError(f"rollout: horizon must be a positive number of steps, found {horizon}")
     act_dim = _action_dim(policy_fn, policy_state, start_obs, start)
-    state, consts, step_key = _prepare(key, world_model, start_obs, cfg, start, members, max_length, threshold, act_dim)
+    state, consts, step_key = _prepare(key, world_model, start_obs, cfg, start, members, max_length, threshold, act_dim,
+                                       model_carry)
     state, records = _scan_steps(world_model, policy_fn, policy_state, cfg, horizon, horizon, state, consts, step_key)
     return _assemble(records, state, jnp.zeros_like(state.alive), consts[0])
 
@@ -394,6 +411,7 @@ def rollout_chunked(
     members: jax.Array | None = None,
     max_length: jax.Array | None = None,
     threshold: jax.Array | None = None,
+    model_carry: Any = None,
 ) -> tuple[Any, RolloutStats]:
     """The same rollout in chunks of `chunk` steps, each handed to `consume` inside the compiled call.
 
@@ -406,7 +424,8 @@ def rollout_chunked(
     if chunk < 1 or horizon < 1:
         raise ConfigError(f"rollout_chunked: horizon and chunk must be positive, found {horizon} and {chunk}")
     act_dim = _action_dim(policy_fn, policy_state, start_obs, start)
-    state, consts, step_key = _prepare(key, world_model, start_obs, cfg, start, members, max_length, threshold, act_dim)
+    state, consts, step_key = _prepare(key, world_model, start_obs, cfg, start, members, max_length, threshold, act_dim,
+                                       model_carry)
     run = functools.partial(_scan_steps, world_model, policy_fn, policy_state, cfg, horizon, chunk)
     num_chunks = -(-horizon // chunk)
     state, pending = run(state, consts, step_key)

@@ -26,6 +26,13 @@ def epistemic_std(means: jax.Array, stds: jax.Array) -> jax.Array:
     return jnp.sqrt(jnp.mean(jnp.var(means, axis=0), axis=-1))
 
 
+def epistemic_sum(means: jax.Array, stds: jax.Array) -> jax.Array:
+    """Σ over dims of the std over members of μ_m (Bessel-corrected): RWM-U's epistemic uncertainty (Li et al.
+    2025; leggedrobotics/rsl_rl_rwm rsl_rl/modules/system_dynamics.py `epistemic_uncertainty`)."""
+    del stds
+    return jnp.sum(jnp.std(means, axis=0, ddof=1 if means.shape[0] > 1 else 0), axis=-1)
+
+
 def pairwise_max(means: jax.Array, stds: jax.Array) -> jax.Array:
     """max over member pairs of ‖μ_i - μ_j‖₂: MOReL's disagreement (Kidambi et al. 2020, "MOReL:
     Model-Based Offline Reinforcement Learning"; "max pairwise diff" in Lu et al. 2022, "Revisiting
@@ -53,6 +60,7 @@ def ensemble_std(means: jax.Array, stds: jax.Array) -> jax.Array:
 MEASURES: dict[str, Callable[[jax.Array, jax.Array], jax.Array]] = {
     "aleatoric_max": aleatoric_max,
     "epistemic_std": epistemic_std,
+    "epistemic_sum": epistemic_sum,
     "pairwise_max": pairwise_max,
     "ensemble_std": ensemble_std,
 }

@@ -1,11 +1,13 @@
-"""`mbrl model fit` and `mbrl model eval`: fit a dynamics ensemble alone, and measure it.
+"""`mbrl model fit` and `mbrl model eval`: fit a world model alone, and measure it.
 
-`mbrl model fit` takes the same `--ensemble.*` and `--fit.*` options as `mbrl train` (generated from
-`EnsembleConfig` and `FitConfig` by `mbrl.config`); absent ones keep those classes' defaults.
+`mbrl model fit` fits the MLP ensemble (`--model mlp`, the default) or RWM-U (`--model rwm`), with the same
+`--ensemble.*` / `--fit.*` or `--rwm.*` / `--rwm-fit.*` options as `mbrl train` (generated from the config
+classes by `mbrl.config`); absent ones keep those classes' defaults.
 
 Eval reports, on the data the model never trained on (recorded in the saved model), the measures of
 `world_models.metrics`: per-member holdout MSE, 1σ/2σ calibration, and open-loop k-step error for
-k = 1, 5, 20, 100 on whole held-out episodes.
+k = 1, 5, 20, 100 on whole held-out episodes. `--compare DIR` puts a second model's k-step error beside it,
+on the same starts (those with the recurrent model's history behind them).
 """
 
 from __future__ import annotations
@@ -22,10 +24,15 @@ from mbrl import config as config_io
 from mbrl.core.errors import UserError
 from world_models.ensemble import EnsembleConfig
 from world_models.fit import FitConfig
+from world_models.recurrent import RecurrentConfig
+from world_models.recurrent_fit import RecurrentFitConfig
+
+MODEL_KINDS = ("mlp", "rwm")
+_SECTIONS = {"mlp": ("ensemble", "fit"), "rwm": ("rwm", "rwm_fit")}
 
 
 def _hint(section: str, name: str, default) -> str:
-    if (section, name) == ("ensemble", "learned_termination"):
+    if (section, name) in (("ensemble", "learned_termination"), ("rwm", "learned_termination")):
         return "(default: True when the task has no termination function and the data has terminals)"
     return config_io.the_default(section, name, default)
 
@@ -36,10 +43,12 @@ def _arg(help_: str, metavar: str | None = None):
 
 FitArgs = config_io.options_class(
     "FitArgs",
-    "Fit a dynamics ensemble on a dataset and save it.",
+    "Fit a world model on a dataset and save it.",
     [
         ("dataset", Annotated[str, _arg("a .hdf5 (D4RL layout) or .npz (NeoRL layout) file, minari:DATASET_ID, "
                                         "or a made dataset such as hopper-medium", "SOURCE")]),
+        ("model", Annotated[str, _arg("mlp (the probabilistic MLP ensemble) or rwm (RWM-U: a GRU with ensemble "
+                                      "heads)", "{mlp,rwm}")], dataclasses.field(default="mlp")),
         ("task", Annotated[str | None, _arg("the task (hopper, halfcheetah, walker2d, ant): its termination "
                                             "function is stored with the model", "TASK")], dataclasses.field(default=None)),
         ("out", Annotated[Path | None, _arg("where to save the model (a directory); default runs/models/DATASET_NAME",
@@ -48,7 +57,8 @@ FitArgs = config_io.options_class(
                                               "outside it")], dataclasses.field(default=False)),
         ("progress", Annotated[bool, _arg("show the progress bar")], dataclasses.field(default=True)),
     ],
-    config_io.section_options({"ensemble": EnsembleConfig, "fit": FitConfig}, _hint),
+    config_io.section_options({"ensemble": EnsembleConfig, "fit": FitConfig, "rwm": RecurrentConfig,
+                               "rwm_fit": RecurrentFitConfig}, _hint),
 )
 
 
@@ -58,6 +68,8 @@ class EvalArgs:
     """A directory written by `mbrl model fit`."""
     dataset: Annotated[str | None, tyro.conf.arg(metavar="SOURCE")] = None
     """The dataset the model was fitted on, if it moved (default: the source recorded in the model)."""
+    compare: Annotated[Path | None, tyro.conf.arg(metavar="DIR")] = None
+    """Another saved model (for example the MLP ensemble beside RWM-U): its open-loop error on the same starts."""
     json: bool = False
     """Print one JSON object instead of tables."""
 
@@ -76,55 +88,66 @@ def _absolute_source(source: str) -> str:
 
 
 def fit(args: FitArgs) -> int:
-    """Fit a dynamics ensemble on a dataset and save it."""
+    """Fit a world model on a dataset and save it."""
     from rich.console import Console
 
     from mbrl.datasets import load
-    from world_models.fit import fit_world_model
 
     given = config_io.given_options(args)
-    fit_config = config_io.override(FitConfig(), given.get("fit", {}), "fit")
-    config = config_io.override(EnsembleConfig(), given.get("ensemble", {}), "ensemble")  # checked before the load
+    if args.model not in MODEL_KINDS:
+        raise UserError(f"--model: expected one of {', '.join(MODEL_KINDS)}, found {args.model!r}")
+    other = [name for kind, names in _SECTIONS.items() if kind != args.model for name in names if name in given]
+    if other:
+        raise UserError(f"{', '.join('--' + n.replace('_', '-') + '.*' for n in other)}: not read by --model "
+                        f"{args.model}, which reads " + ", ".join(f"--{n.replace('_', '-')}.*" for n in _SECTIONS[args.model]))
+    arch_name, fit_name = _SECTIONS[args.model]
+    arch_class, fit_class = (EnsembleConfig, FitConfig) if args.model == "mlp" else (RecurrentConfig, RecurrentFitConfig)
+    fit_config = config_io.override(fit_class(), given.get(fit_name, {}), fit_name)
+    config = config_io.override(arch_class(), given.get(arch_name, {}), arch_name)  # checked before the load
     dataset = load(args.dataset, task=args.task, clip_actions=args.clip_actions)
     task = args.task or dataset.info.task
     termination_fn = _termination_fn(task)
-    if "learned_termination" not in given.get("ensemble", {}):
+    if "learned_termination" not in given.get(arch_name, {}):
         learned = termination_fn is None and bool(dataset.transitions.terminal.any())
         config = dataclasses.replace(config, learned_termination=learned)
-    out = args.out or Path("runs") / "models" / dataset.info.name
+    out = args.out or Path("runs") / "models" / (dataset.info.name + ("-rwm" if args.model == "rwm" else ""))
     console = Console(stderr=True, highlight=False)
+    if args.model == "mlp":
+        shape = f"{config.num_members} members ({config.num_elites} elites, hidden {'x'.join(map(str, config.hidden_dims))})"
+    else:
+        shape = (f"RWM-U (GRU {config.gru_layers}x{config.gru_hidden}, {config.num_heads} heads of "
+                 f"{'x'.join(map(str, config.head_hidden))}, history {config.history}, forecast {config.forecast})")
     console.print(
-        f"fitting {config.num_members} members ({config.num_elites} elites, hidden {'x'.join(map(str, config.hidden_dims))}) "
-        f"on {len(dataset):,} transitions of {dataset.info.name}"
+        f"fitting {shape} on {len(dataset):,} transitions of {dataset.info.name}"
         + (f", termination from task '{task}'" if termination_fn is not None else "")
         + (", learned termination head" if config.learned_termination else "")
     )
-    result = fit_world_model(
-        dataset,
-        config=config,
-        fit_config=fit_config,
-        termination_fn=termination_fn,
-        source=_absolute_source(args.dataset),
-        task=task,
-        progress=args.progress,
-    )
+    source = _absolute_source(args.dataset)
+    if args.model == "mlp":
+        from world_models.fit import fit_world_model
+
+        result = fit_world_model(dataset, config=config, fit_config=fit_config, termination_fn=termination_fn,
+                                 source=source, task=task, progress=args.progress)
+    else:
+        from world_models.recurrent_fit import fit_recurrent_model
+
+        result = fit_recurrent_model(dataset, config=config, fit_config=fit_config, termination_fn=termination_fn,
+                                     source=source, task=task, progress=args.progress)
     path = result.model.save(out)
     info = result.model.info
     elites = [int(e) for e in np.asarray(result.model.elites)]
-    print(
-        json.dumps(
-            {
-                "model": str(path),
-                "epochs": info.epochs,
-                "stop_reason": info.stop_reason,
-                "fit_seconds": info.fit_seconds,
-                "elites": elites,
-                "holdout_mse": [round(m, 6) for m in info.holdout_mse],
-                "holdout_rows": len(info.holdout_rows),
-                "eval_episodes": list(info.eval_episodes),
-            }
-        )
-    )
+    print(json.dumps({
+        "model": str(path),
+        "kind": args.model,
+        "epochs": info.epochs,
+        "stop_reason": info.stop_reason,
+        "fit_seconds": info.fit_seconds,
+        "elites": elites,
+        "holdout_mse": [round(m, 6) for m in info.holdout_mse],
+        "holdout_rows": len(info.holdout_rows),
+        "holdout_episodes": len(info.holdout_episodes),
+        "eval_episodes": list(info.eval_episodes),
+    }))
     return 0
 
 
@@ -135,33 +158,43 @@ def fit(args: FitArgs) -> int:
 def evaluate(args: EvalArgs) -> int:
     """Report a fitted model's holdout accuracy, calibration and open-loop error."""
     from mbrl.datasets import load
-    from world_models.metrics import holdout_metrics, open_loop_errors
-    from world_models.model import WorldModel
+    from world_models.metrics import history_holdout_metrics, holdout_metrics, open_loop_errors
+    from world_models.recurrent import load_model
 
-    model = WorldModel.load(args.model_dir)
+    model = load_model(args.model_dir)
+    recurrent = hasattr(model, "warm_up")
     info = model.info
     source = args.dataset or info.source
     if not source:
         raise UserError(f"{args.model_dir}: the model records no dataset; pass --dataset SOURCE")
     dataset = load(source, task=info.task)
-    if len(dataset) != info.num_transitions:
-        raise UserError(
-            f"{source}: has {len(dataset):,} transitions; the model in {args.model_dir} was fitted on "
-            f"{info.num_transitions:,} (pass --dataset with the dataset it was fitted on)"
-        )
-    if dataset.transitions.obs_dim != model.obs_dim or dataset.transitions.act_dim != model.act_dim:
-        raise UserError(
-            f"{source}: obs/action dims {dataset.transitions.obs_dim}/{dataset.transitions.act_dim}; "
-            f"the model expects {model.obs_dim}/{model.act_dim}"
-        )
-    holdout = dataset.transitions.slice(np.asarray(info.holdout_rows, dtype=np.int64))
-    metrics = holdout_metrics(model, holdout)
+    _check_dataset(args.model_dir, model, dataset, source)
+    compare = None
+    if args.compare is not None:
+        compare = load_model(args.compare)
+        _check_dataset(args.compare, compare, dataset, source)
+        if tuple(compare.info.eval_episodes) != tuple(info.eval_episodes):
+            raise UserError(
+                f"--compare {args.compare}: it keeps out episodes {list(compare.info.eval_episodes)}, {args.model_dir} "
+                f"keeps out {list(info.eval_episodes)}; fit both with the same seed and eval episodes so that neither "
+                "is scored on episodes it trained on")
+    if recurrent:
+        metrics, holdout_count = history_holdout_metrics(model, dataset.transitions, dataset.episode_starts,
+                                                         info.holdout_episodes)
+    else:
+        holdout = dataset.transitions.slice(np.asarray(info.holdout_rows, dtype=np.int64))
+        metrics, holdout_count = holdout_metrics(model, holdout), len(holdout)
     elites = [int(e) for e in np.asarray(model.elites)]
-    open_loop = open_loop_errors(model, dataset.transitions, dataset.episode_starts, info.eval_episodes)
+    history = model.history if recurrent else 0
+    if compare is not None and hasattr(compare, "warm_up"):
+        history = max(history, compare.history)  # both models on starts with the longer history behind them
+    open_loop = open_loop_errors(model, dataset.transitions, dataset.episode_starts, info.eval_episodes,
+                                 history=history if not recurrent else None)
     report = {
         "model": str(args.model_dir),
         "dataset": source,
-        "holdout_rows": len(holdout),
+        "kind": _kind(model),
+        "holdout_rows": holdout_count,
         "elites": elites,
         "members": [
             {
@@ -179,12 +212,35 @@ def evaluate(args: EvalArgs) -> int:
         "eval_episodes": list(info.eval_episodes),
         "open_loop_mse": {str(k): v for k, (v, _) in open_loop.items()},
         "open_loop_starts": {str(k): n for k, (_, n) in open_loop.items()},
+        "open_loop_history": history,
     }
+    if compare is not None:
+        other = open_loop_errors(compare, dataset.transitions, dataset.episode_starts, info.eval_episodes,
+                                 history=None if hasattr(compare, "warm_up") else history)
+        report["compare"] = {"model": str(args.compare), "kind": _kind(compare),
+                             "open_loop_mse": {str(k): v for k, (v, _) in other.items()}}
     if args.json:
         print(json.dumps(report))
     else:
         _print_report(report)
     return 0
+
+
+def _kind(model) -> str:
+    return "rwm" if hasattr(model, "warm_up") else "mlp"
+
+
+def _check_dataset(model_dir, model, dataset, source) -> None:
+    if len(dataset) != model.info.num_transitions:
+        raise UserError(
+            f"{source}: has {len(dataset):,} transitions; the model in {model_dir} was fitted on "
+            f"{model.info.num_transitions:,} (pass --dataset with the dataset it was fitted on)"
+        )
+    if dataset.transitions.obs_dim != model.obs_dim or dataset.transitions.act_dim != model.act_dim:
+        raise UserError(
+            f"{source}: obs/action dims {dataset.transitions.obs_dim}/{dataset.transitions.act_dim}; "
+            f"the model in {model_dir} expects {model.obs_dim}/{model.act_dim}"
+        )
 
 
 def _print_report(report: dict) -> None:
@@ -210,13 +266,23 @@ def _print_report(report: dict) -> None:
         f"inside 2σ: {report['elite_coverage_2sigma']:.3f} (calibrated: 0.954)"
     )
     loop = Table(
-        title=f"open-loop obs MSE on held-out episodes {report['eval_episodes']}", title_justify="left"
+        title=f"open-loop obs MSE on held-out episodes {report['eval_episodes']} (starts with "
+              f"{report['open_loop_history']} steps of history)", title_justify="left"
     )
+    compare = report.get("compare")
     loop.add_column("k", justify="right")
-    loop.add_column("mse (raw)", justify="right")
+    loop.add_column(f"mse (raw), {report['kind']}", justify="right")
+    if compare is not None:
+        loop.add_column(f"{compare['kind']} {compare['model']}", justify="right")
     loop.add_column("starts", justify="right")
+
+    def cell(value, starts):
+        return "n/a (no episode that long)" if starts == 0 else ("diverged" if value is None else f"{value:.4g}")
+
     for k, value in report["open_loop_mse"].items():
         starts = report["open_loop_starts"][k]
-        text = "n/a (no episode that long)" if starts == 0 else ("diverged" if value is None else f"{value:.4g}")
-        loop.add_row(k, text, str(starts))
+        row = [k, cell(value, starts)]
+        if compare is not None:
+            row.append(cell(compare["open_loop_mse"][k], starts))
+        loop.add_row(*row, str(starts))
     console.print(loop)

@@ -35,6 +35,7 @@ from typing import Any
 
 import numpy as np
 
+from agents import registry
 from mbrl.core.errors import ConfigError
 from mbrl.core.files import write_text_atomic
 from mbrl.sweep import objective as objectives
@@ -78,9 +79,10 @@ class Settings:
             raise ConfigError(f"--offline-horizon: expected a positive integer, found {self.offline_horizon}")
         if not 0.0 <= self.holdout < 0.5:
             raise ConfigError(f"--holdout: expected a fraction in [0, 0.5), found {self.holdout}")
-        if self.world_model is not None and any(d.name.split(".")[0] in ("ensemble", "fit") for d in self.space.dimensions):
+        model_sections = registry.entry(self.base.algo).model_sections
+        if self.world_model is not None and any(d.name.split(".")[0] in model_sections for d in self.space.dimensions):
             raise ConfigError(f"--world-model fixes the world model, but the space {self.space.source} changes it "
-                              f"({', '.join(d.name for d in self.space.dimensions if d.name.split('.')[0] in ('ensemble', 'fit'))})")
+                              f"({', '.join(d.name for d in self.space.dimensions if d.name.split('.')[0] in model_sections)})")
 
 
 # ------------------------------------------------------------------------------------------------ storage
@@ -273,11 +275,16 @@ def group_key(config):
     """Trials with the same key run as one population: one compiled program and one world model."""
     from mbrl.train import compile_key
 
-    return compile_key(config), config.schedule, config.ensemble, config.fit
+    return (compile_key(config), config.schedule, *model_settings(config).values())
+
+
+def model_settings(config) -> dict:
+    """The sections that define the algorithm's world model (the MLP ensemble's or RWM-U's), by name."""
+    return {name: getattr(config, name) for name in registry.entry(config.algo).model_sections}
 
 
 def model_key(config) -> str:
-    data = {"dataset": config.dataset, "ensemble": dataclasses.asdict(config.ensemble), "fit": dataclasses.asdict(config.fit)}
+    data = {"dataset": config.dataset, **{name: dataclasses.asdict(v) for name, v in model_settings(config).items()}}
     return hashlib.sha1(json.dumps(data, sort_keys=True, default=str).encode()).hexdigest()[:12]
 
 
@@ -332,7 +339,7 @@ class Sweep:
         else:
             path = self.settings.sweep_dir / "models" / model_key(config)
             if not (path / "model.json").is_file():
-                self.on_event(f"fitting the world model {path.name} (ensemble and fit settings of this group)")
+                self.on_event(f"fitting the world model {path.name} (the model settings of this group)")
         return _world_models(config, train, task, [path], progress=False)
 
     # -------------------------------------------------------------- study bookkeeping

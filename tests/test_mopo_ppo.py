@@ -1,0 +1,73 @@
+"""MOPO-PPO through the one training program: its epoch is one PPO iteration, and its penalty keeps the imagined
+trajectories where the heads agree. (Its run with the default RWM-U, killed and resumed, exported and deployed:
+tests/test_end_to_end.py.)"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from flax import struct
+
+from mbrl import config as config_io
+from mbrl import datasets
+from mbrl.core.errors import ConfigError
+from mbrl.train import train_population
+from world_models.base import StepOutput
+
+TINY = {
+    "ppo": {"hidden_sizes": [16, 16], "learning_epochs": 2, "minibatches": 4},
+    "imagination": {"rollouts_per_epoch": 64, "horizon": 8},
+    "schedule": {"epochs": 2, "eval_every": 2, "eval_episodes": 1},
+    "logging": {"progress": False},
+}
+
+
+def tiny(dataset, **overrides):
+    return config_io.build("mopo-ppo", str(dataset), "quick", {**TINY, **overrides})
+
+
+@struct.dataclass
+class ActionCostModel:
+    """Hopper-sized dynamics whose epistemic uncertainty is exactly ‖action‖² (the heads disagree the more, the
+    harder the policy pushes), with a constant reward: only the penalty tells actions apart."""
+
+    info: Any = struct.field(pytree_node=False, default=None)
+
+    @property
+    def num_members(self):
+        return 2
+
+    @property
+    def elites(self):
+        return jnp.arange(2)
+
+    def step(self, key, obs, action, member=None, *, deterministic=False, uncertainty="epistemic_sum"):
+        next_obs = obs + 0.01 * jnp.tanh(jnp.sum(action, axis=-1, keepdims=True))
+        batch = obs.shape[0]
+        return StepOutput(next_obs=next_obs, reward=jnp.ones(batch), terminal=jnp.zeros(batch, bool),
+                          uncertainty=jnp.sum(action**2, axis=-1))
+
+
+def test_a_large_penalty_keeps_the_rollouts_where_the_heads_agree(hopper_tiny_path):
+    """Two members in one program, λ = 0 and λ = 5: after a few iterations the penalised member's imagined steps
+    have a lower mean uncertainty, the free one's stays where it started (the direction of the penalty)."""
+    config = tiny(hopper_tiny_path, ppo={**TINY["ppo"], "learning_epochs": 5},
+                  schedule={"epochs": 10, "eval_every": 10, "eval_episodes": 1})
+    result = train_population(config, [{"mopo_ppo": {"penalty_coef": 0.0}}, {"mopo_ppo": {"penalty_coef": 5.0}}],
+                              [0, 0], dataset=datasets.load(hopper_tiny_path), world_model=ActionCostModel(),
+                              evaluate=False)
+    u = np.asarray([r["train"]["model_uncertainty"] for r in result.records])  # (epochs, members)
+    np.testing.assert_allclose(u[0, 0], u[0, 1], rtol=1e-5)  # the same seed: the same first rollout
+    free, penalised = u[-1]
+    assert penalised < 0.8 * free and penalised < 0.85 * u[0, 1] and free > 0.9 * u[0, 0], u
+
+
+def test_an_epoch_is_one_ppo_iteration(hopper_tiny_path):
+    config = tiny(hopper_tiny_path, ppo={**TINY["ppo"], "learning_epochs": 3})
+    assert config.schedule.updates_per_epoch == 12
+    with pytest.raises(ConfigError, match=r"schedule\.updates_per_epoch: an epoch of mopo-ppo is one PPO iteration "
+                                          r"of ppo\.learning_epochs 2 x ppo\.minibatches 4 = 8 updates; found 10"):
+        tiny(hopper_tiny_path, schedule={**TINY["schedule"], "updates_per_epoch": 10})

@@ -1,0 +1,319 @@
+"""Fitting RWM-U by autoregressive forecasting (`world_models.recurrent`).
+
+A training example is a window of W = history + forecast - 1 consecutive steps of one episode. The shared GRU
+reads the first `history` real (observation, action) pairs once, and every head predicts the next step from
+its output. Then, for `forecast - 1` more steps, each head feeds on a sample of its own prediction with the
+real action, through its own copy of the GRU state; the loss (Gaussian NLL in standardised units) covers every
+forecast step. This is rsl_rl_rwm's `SystemDynamicsEnsemble.compute_state_loss` (leggedrobotics/rsl_rl_rwm,
+rsl_rl/modules/system_dynamics.py), with two differences:
+- the history is read once for all heads: rsl_rl_rwm gives each head its own bootstrap resample of the
+  minibatch and so reads the history once per head; here each head weighs the same windows by its own
+  multinomial bootstrap counts (the same resample as a weighting), and only the forecast runs per head;
+- Gaussian NLL with learned log-variance bounds instead of the squared error of a sample, so the heads' σ
+  are calibrated (as the MLP ensemble's).
+
+Adam at 1e-3 with global-norm clipping at 1.0 and minibatches of 1,024 windows are rsl_rl_rwm's
+(rsl_rl/algorithms/mbpo_ppo.py `update_system_dynamics`). Early stopping uses whole held-out episodes: after
+each epoch of `steps_per_epoch` compiled steps, the heads' forecast MSE (feeding on their means) on the
+holdout windows; the best weights are kept and fitting stops after `patience` epochs without a `min_improvement`
+relative gain, as the MLP ensemble's fit does.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import time
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+from flax import struct
+
+from mbrl.core.errors import ConfigError, DatasetError
+from mbrl.core.types import OfflineDataset, Transitions
+from world_models.fit import FitResult, check_finite, choose_eval_episodes, fit_progress, check_shapes, make_normalizer, model_inputs, model_targets
+from world_models.model import ModelInfo
+from world_models.recurrent import RecurrentConfig, RecurrentWorldModel, gru_read, gru_step, heads_apply, init_params
+
+HOLDOUT_CHUNK = 1024  # windows per step of the holdout evaluation
+
+
+@dataclasses.dataclass(frozen=True)
+class RecurrentFitConfig:
+    """How RWM-U is fitted.
+
+    holdout_ratio: the fraction of episodes held out (whole) for early stopping.
+    eval_episodes: whole episodes kept out of fitting entirely, for `mbrl model eval`; at most 10% of them.
+    batch_size: windows per gradient step (rsl_rl_rwm: 1,024).
+    learning_rate / max_grad_norm: Adam's learning rate and the global gradient-norm clip.
+    steps_per_epoch: gradient steps between holdout evaluations (one compiled call).
+    holdout_windows: the most holdout windows evaluated (evenly thinned).
+    max_epochs / max_seconds: hard limits on top of early stopping (None: no limit).
+    patience / min_improvement: stop after `patience` epochs without a relative gain of `min_improvement`.
+    seed: of the split, the initial weights and the minibatches.
+    """
+
+    holdout_ratio: float = 0.2
+    eval_episodes: int = 2
+    batch_size: int = 1024
+    learning_rate: float = 1e-3
+    max_grad_norm: float = 1.0
+    steps_per_epoch: int = 100
+    holdout_windows: int = 2048
+    max_epochs: int | None = None
+    max_seconds: float | None = None
+    patience: int = 5
+    min_improvement: float = 0.01
+    seed: int = 0
+
+    def __post_init__(self):
+        if not 0.0 < self.holdout_ratio < 1.0:
+            raise ConfigError(f"rwm_fit.holdout_ratio: expected a value in (0, 1), found {self.holdout_ratio}")
+        for name in ("batch_size", "steps_per_epoch", "holdout_windows", "patience"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ConfigError(f"rwm_fit.{name}: expected a positive int, found {value!r}")
+        if not self.learning_rate > 0.0:
+            raise ConfigError(f"rwm_fit.learning_rate: expected a value > 0, found {self.learning_rate}")
+        if not self.max_grad_norm > 0.0:
+            raise ConfigError(f"rwm_fit.max_grad_norm: expected a value > 0, found {self.max_grad_norm}")
+        if self.max_epochs is not None and self.max_epochs < 1:
+            raise ConfigError(f"rwm_fit.max_epochs: expected a positive int or None, found {self.max_epochs}")
+        if self.max_seconds is not None and self.max_seconds < 0:
+            raise ConfigError(f"rwm_fit.max_seconds: expected a value >= 0 or None, found {self.max_seconds}")
+        if self.eval_episodes < 0:
+            raise ConfigError(f"rwm_fit.eval_episodes: expected an int >= 0, found {self.eval_episodes}")
+
+
+@struct.dataclass
+class WindowData:
+    """The dataset on the device, in episode order, and the first row of every window."""
+
+    obs: jax.Array  # (N, obs_dim) raw
+    action: jax.Array  # (N, act_dim) raw
+    targets: jax.Array  # (N, obs_dim + 1) standardised (Δobs, reward)
+    terminal: jax.Array  # (N,) bool
+    train_starts: jax.Array  # (Nw,) int32
+    holdout_starts: jax.Array  # (Nh,) int32
+
+
+def window_starts(episode_starts: np.ndarray, num_rows: int, episodes, width: int) -> np.ndarray:
+    """The first rows of every window of `width` steps that lies inside one of `episodes`."""
+    bounds = np.append(np.asarray(episode_starts), num_rows)
+    parts = [np.arange(bounds[e], bounds[e + 1] - width + 1) for e in episodes]
+    return np.concatenate(parts).astype(np.int32) if parts else np.zeros(0, np.int32)
+
+
+def _gather(data: WindowData, starts: jax.Array, width: int):
+    rows = starts[:, None] + jnp.arange(width)[None, :]  # (B, W)
+    return data.obs[rows], data.action[rows], data.targets[rows], data.terminal[rows]
+
+
+def forecast(params, config: RecurrentConfig, norms, obs, action, key, deterministic: bool):
+    """The heads' forecasts over a batch of windows (B, W, ...): standardised means, log-variances (F, E, B, out)
+    and termination logits (F, E, B) or None. `key` draws the samples fed back (ignored when deterministic)."""
+    input_norm, target_norm = norms
+    history, steps = config.history, config.forecast
+    obs_dim = obs.shape[-1]
+    out_dim = obs_dim + 1
+    batch = obs.shape[0]
+    x = input_norm.normalize(jnp.concatenate([obs[:, :history], action[:, :history]], axis=-1))
+    carry0 = jnp.zeros((batch, config.gru_layers, config.gru_hidden), jnp.float32)
+    carry, outputs = gru_read(params, carry0, jnp.swapaxes(x, 0, 1))
+    first = heads_apply(params, config, outputs[-1], x[:, -1], out_dim)
+    heads = config.num_heads
+    carry = jnp.broadcast_to(carry[None], (heads, *carry.shape))  # (E, B, layers, hidden): a copy per head
+    prev = jnp.broadcast_to(obs[:, history - 1][None], (heads, batch, obs_dim))
+
+    def body(state, inputs):
+        carry, prev, (mean, logvar) = state
+        action_k, step_key = inputs
+        sample = mean if deterministic else mean + jnp.exp(0.5 * logvar) * jax.random.normal(step_key, mean.shape)
+        guess = prev + target_norm.denormalize(sample)[..., :obs_dim]
+        x = input_norm.normalize(jnp.concatenate([guess, jnp.broadcast_to(action_k, (heads, *action_k.shape))], -1))
+        carry = gru_step(params, carry, x)
+        mean, logvar, term = heads_apply(params, config, carry[..., -1, :], x, out_dim)
+        return (carry, guess, (mean, logvar)), (mean, logvar, term)
+
+    later_actions = jnp.swapaxes(action[:, history : history + steps - 1], 0, 1)  # (F-1, B, act_dim)
+    keys = jax.random.split(key, steps - 1)
+    _, (means, logvars, terms) = jax.lax.scan(body, (carry, prev, first[:2]), (later_actions, keys))
+    means = jnp.concatenate([first[0][None], means])
+    logvars = jnp.concatenate([first[1][None], logvars])
+    terms = None if first[2] is None else jnp.concatenate([first[2][None], terms])
+    return means, logvars, terms
+
+
+def forecast_loss(params, config: RecurrentConfig, norms, batch, counts, key):
+    """Mean over forecast steps of each head's bootstrap-weighted Gaussian NLL, summed over heads, plus the
+    log-variance bound penalty and the termination BCE (with a learned head)."""
+    obs, action, targets, terminal = batch
+    history, steps = config.history, config.forecast
+    means, logvars, terms = forecast(params, config, norms, obs, action, key, deterministic=False)
+    y = jnp.swapaxes(targets[:, history - 1 : history - 1 + steps], 0, 1)[:, None]  # (F, 1, B, out)
+    nll = jnp.mean(jnp.square(means - y) * jnp.exp(-logvars) + logvars, axis=-1)  # (F, E, B)
+    weights = counts / counts.shape[-1]  # (E, B), each head's resample as weights
+    loss = jnp.sum(jnp.mean(jnp.sum(nll * weights[None], axis=-1), axis=0))
+    spread = jnp.sum(params["max_logvar"]) - jnp.sum(params["min_logvar"])
+    loss = loss + config.logvar_bound_penalty * spread / config.num_heads
+    if terms is not None:
+        labels = jnp.swapaxes(terminal[:, history - 1 : history - 1 + steps], 0, 1)[:, None].astype(jnp.float32)
+        bce = jnp.mean(jax.nn.softplus(terms) - labels * terms, axis=0)  # (E, B)
+        loss = loss + jnp.sum(jnp.sum(bce * weights, axis=-1))
+    return loss
+
+
+def holdout_mse(params, config: RecurrentConfig, norms, data: WindowData) -> jax.Array:
+    """Per head (E,): the forecast MSE of the means (fed back), standardised units, over the holdout windows."""
+    width = config.history + config.forecast - 1
+    starts = data.holdout_starts
+    n = starts.shape[0]
+    chunk = min(n, HOLDOUT_CHUNK)
+    count = -(-n // chunk)
+    padded = jnp.pad(starts, (0, count * chunk - n), mode="edge").reshape(count, chunk)
+    valid = (jnp.arange(count * chunk) < n).reshape(count, chunk)
+
+    def body(total, xs):
+        part, mask = xs
+        obs, action, targets, _ = _gather(data, part, width)
+        means, _, _ = forecast(params, config, norms, obs, action, jax.random.PRNGKey(0), deterministic=True)
+        y = jnp.swapaxes(targets[:, config.history - 1 :], 0, 1)[:, None]
+        sq = jnp.mean(jnp.square(means - y), axis=(0, 3))  # (E, chunk)
+        return total + jnp.sum(jnp.where(mask[None], sq, 0.0), axis=1), None
+
+    total, _ = jax.lax.scan(body, jnp.zeros(config.num_heads), (padded, valid))
+    return total / n
+
+
+@functools.partial(jax.jit, static_argnames=("config", "fit_config"), donate_argnames=("params", "opt_state"))
+def run_epoch(params, opt_state, data: WindowData, norms, key, *, config: RecurrentConfig,
+              fit_config: RecurrentFitConfig):
+    """`steps_per_epoch` gradient steps on random windows, then the holdout MSE per head."""
+    width = config.history + config.forecast - 1
+    optimizer = make_optimizer(fit_config)
+    batch, heads = fit_config.batch_size, config.num_heads
+
+    def step(carry, step_key):
+        params, opt_state = carry
+        pick_key, boot_key, noise_key = jax.random.split(step_key, 3)
+        starts = data.train_starts[jax.random.randint(pick_key, (batch,), 0, data.train_starts.shape[0])]
+        resample = jax.random.randint(boot_key, (heads, batch), 0, batch)
+        counts = jax.vmap(lambda r: jnp.zeros(batch, jnp.float32).at[r].add(1.0))(resample)
+        loss, grads = jax.value_and_grad(forecast_loss)(params, config, norms, _gather(data, starts, width), counts,
+                                                       noise_key)
+        updates, opt_state = optimizer.update(grads, opt_state, params)
+        return (optax.apply_updates(params, updates), opt_state), loss
+
+    keys = jax.random.split(key, fit_config.steps_per_epoch)
+    (params, opt_state), losses = jax.lax.scan(step, (params, opt_state), keys)
+    return params, opt_state, jnp.mean(losses), holdout_mse(params, config, norms, data)
+
+
+def make_optimizer(fit_config: RecurrentFitConfig) -> optax.GradientTransformation:
+    return optax.chain(optax.clip_by_global_norm(fit_config.max_grad_norm), optax.adam(fit_config.learning_rate))
+
+
+def split_episodes(num_episodes: int, fit_config: RecurrentFitConfig, rng: np.random.Generator):
+    """(train, holdout, eval) episode indices: eval at most 10% of them, the holdout a fraction of the rest."""
+    eval_episodes = choose_eval_episodes(num_episodes, fit_config.eval_episodes, rng)
+    rest = rng.permutation(np.setdiff1d(np.arange(num_episodes), eval_episodes))
+    holdout_count = max(1, int(round(len(rest) * fit_config.holdout_ratio)))
+    if len(rest) - holdout_count < 1:
+        raise DatasetError(f"dataset has {num_episodes} episode(s); fitting RWM-U needs at least 2 (one to train on, "
+                           "one held out)")
+    return np.sort(rest[holdout_count:]), np.sort(rest[:holdout_count]), eval_episodes
+
+
+def fit_recurrent_model(
+    data: OfflineDataset,
+    *,
+    config: RecurrentConfig = RecurrentConfig(),
+    fit_config: RecurrentFitConfig = RecurrentFitConfig(),
+    termination_fn=None,
+    source: str | None = None,
+    task: str | None = None,
+    progress: bool = True,
+) -> FitResult:
+    """Validate, split by episodes, fit, and wrap the best weights in a `RecurrentWorldModel` that records the
+    split (`source` / `task`: what to record instead of the dataset's own)."""
+    transitions: Transitions = data.transitions
+    source = source or data.info.source or "dataset"
+    task = task or data.info.task
+    check_shapes(transitions, source)
+    check_finite(transitions, source)
+    episode_starts = np.asarray(data.episode_starts)
+    n = len(transitions)
+    if len(episode_starts) == 0:
+        raise DatasetError(f"{source}: no episode boundaries; RWM-U reads histories, so it needs episodes")
+    rng = np.random.default_rng(fit_config.seed)
+    train_eps, holdout_eps, eval_eps = split_episodes(len(episode_starts), fit_config, rng)
+    width = config.history + config.forecast - 1
+    train_starts = window_starts(episode_starts, n, train_eps, width)
+    holdout_starts = window_starts(episode_starts, n, holdout_eps, width)
+    if len(train_starts) == 0 or len(holdout_starts) == 0:
+        raise DatasetError(
+            f"{source}: no {'training' if len(train_starts) == 0 else 'holdout'} episode has {width} steps "
+            f"(rwm.history {config.history} + rwm.forecast {config.forecast} - 1); shorten the history or forecast")
+    if len(holdout_starts) > fit_config.holdout_windows:
+        keep = np.linspace(0, len(holdout_starts) - 1, fit_config.holdout_windows).round().astype(int)
+        holdout_starts = holdout_starts[keep]
+    bounds = np.append(episode_starts, n)
+    train_rows = np.concatenate([np.arange(bounds[e], bounds[e + 1]) for e in train_eps])
+    input_norm = make_normalizer(model_inputs(transitions.slice(train_rows)))
+    target_norm = make_normalizer(model_targets(transitions.slice(train_rows)))
+    norms = (input_norm, target_norm)
+    device = WindowData(
+        obs=jnp.asarray(transitions.obs), action=jnp.asarray(transitions.action),
+        targets=target_norm.normalize(jnp.asarray(model_targets(transitions))),
+        terminal=jnp.asarray(transitions.terminal, bool),
+        train_starts=jnp.asarray(train_starts), holdout_starts=jnp.asarray(holdout_starts))
+    key = jax.random.PRNGKey(fit_config.seed)
+    key, init_key = jax.random.split(key)
+    params = init_params(init_key, config, transitions.obs_dim + transitions.act_dim, transitions.obs_dim + 1)
+    opt_state = make_optimizer(fit_config).init(params)
+    best_params, best = jax.tree.map(jnp.copy, params), np.inf
+    reference, since_improved, history, stop_reason = np.inf, 0, [], "max_epochs"
+    start = time.perf_counter()
+    with fit_progress(progress, fit_config.max_epochs) as bar:
+        task = bar.add_task("fit", total=fit_config.max_epochs, status="compiling")
+        epoch = 0
+        while True:
+            key, epoch_key = jax.random.split(key)
+            params, opt_state, train_loss, mse = run_epoch(params, opt_state, device, norms, epoch_key, config=config,
+                                                           fit_config=fit_config)
+            mse = np.asarray(mse, np.float64)
+            mean_mse = float(mse.mean())
+            epoch += 1
+            if not np.isfinite(mean_mse):
+                raise DatasetError(f"{source}: RWM-U diverged (non-finite holdout forecast error); check the dataset's scale")
+            if mean_mse < best:
+                best, best_mse, best_params = mean_mse, mse, jax.tree.map(jnp.copy, params)
+            significant = mean_mse < reference * (1.0 - fit_config.min_improvement)
+            reference = mean_mse if significant else reference
+            since_improved = 0 if significant else since_improved + 1
+            history.append({"epoch": epoch, "train_loss": float(train_loss), "holdout_mse": mse.tolist()})
+            bar.update(task, advance=1, status=f"holdout forecast mse {mean_mse:.4g} · no gain for "
+                                               f"{since_improved}/{fit_config.patience}")
+            if since_improved >= fit_config.patience:
+                stop_reason = "early_stopping"
+                break
+            if fit_config.max_epochs is not None and epoch >= fit_config.max_epochs:
+                break
+            if fit_config.max_seconds is not None and time.perf_counter() - start >= fit_config.max_seconds:
+                stop_reason = "time_budget"
+                break
+    info = ModelInfo(
+        source=source, task=task, num_transitions=n,
+        eval_episodes=tuple(int(e) for e in eval_eps), holdout_episodes=tuple(int(e) for e in holdout_eps),
+        holdout_mse=tuple(float(m) for m in best_mse), epochs=len(history),
+        fit_seconds=round(time.perf_counter() - start, 3), stop_reason=stop_reason, seed=fit_config.seed)
+    model = RecurrentWorldModel(
+        params=best_params, input_norm=input_norm, target_norm=target_norm,
+        elites=jnp.arange(config.num_heads, dtype=jnp.int32), config=config, obs_dim=transitions.obs_dim,
+        act_dim=transitions.act_dim, info=info, termination_fn=termination_fn)
+    return FitResult(model=model, history=history, stop_reason=stop_reason)
+
+
+
