@@ -69,8 +69,7 @@ class PPOConfig:
     clip: PPO's ratio clip, also the value clip
     clip_value_loss: clip the value prediction around the old value (the max of both squared errors)
     value_loss_coef: weight of the value loss
-    entropy_coef: weight of the entropy bonus (of the pre-tanh Gaussian). rsl_rl's own default is 0.01;
-        0.005 is the value of Isaac Lab's rsl_rl locomotion configs
+    entropy_coef: weight of the entropy bonus (of the pre-tanh Gaussian); rsl_rl's example config has 0.01
     gamma: discount factor
     lam: GAE's lambda
     desired_kl: the KL the adaptive schedule aims at (lr / 1.5 above twice it, lr * 1.5 below half of it)

@@ -4,7 +4,8 @@ One epoch is a pure function of the training state (agent state, imagined data, 
 RNG key, epoch counter):
 
     collect imagined data into the store    (`mbrl.imagination`: nothing for BC, short rollouts into a ring
-                                            buffer for MOPO/RAVL, long trajectories on a tape for NEUBAY)
+                                            buffer for MOPO/RAVL, long trajectories on a tape for NEUBAY, one
+                                            PPO iteration's rollouts for MOPO-PPO)
     spend the updates the collect earned    (the algorithm's `update_many`, one compiled `lax.scan`)
 
 until the epoch's `updates_per_epoch` updates are done: once for a part whose collect earns the whole
@@ -734,8 +735,8 @@ def train_population(
     overrides `hypers[i]` (nested dicts of the traced hyperparameters, `member_config`).
 
     `dataset`: an `OfflineDataset` (else `mbrl.datasets.load(config.dataset)`); `world_model`: a fitted
-    `world_models.model.WorldModel`, a directory holding one, or None to fit one with `config`'s ensemble
-    and fit settings (shared by all members). `shard`: split the members over the local devices
+    world model (the MLP ensemble or RWM-U), a directory holding one, or None to fit one of the algorithm's kind
+    with `config`'s settings (`fit_model`; shared by all members). `shard`: split the members over the local devices
     (`shard_population`); False keeps them on one. `stop`: the caller's `StopSignal` (a sweep's, which
     outlives one population); by default one of its own. Stopped early, `records` ends before the
     schedule's last epoch. Nothing is written to disk.

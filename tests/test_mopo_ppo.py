@@ -71,3 +71,37 @@ def test_an_epoch_is_one_ppo_iteration(hopper_tiny_path):
     with pytest.raises(ConfigError, match=r"schedule\.updates_per_epoch: an epoch of mopo-ppo is one PPO iteration "
                                           r"of ppo\.learning_epochs 2 x ppo\.minibatches 4 = 8 updates; found 10"):
         tiny(hopper_tiny_path, schedule={**TINY["schedule"], "updates_per_epoch": 10})
+
+
+@struct.dataclass
+class HistoryProbe:
+    """A recurrent model whose memory is the history it read: what `OnPolicyImagination` warms it up on."""
+
+    history: int = struct.field(pytree_node=False, default=3)
+
+    def warm_up(self, obs, action):
+        return obs  # (B, L, obs_dim)
+
+
+def test_imagination_starts_after_a_whole_history_of_one_episode(hopper_tiny_path):
+    from mbrl.imagination import OnPolicyImagination
+    from mbrl.train import trainer_for
+
+    config = tiny(hopper_tiny_path)
+    dataset = datasets.load(hopper_tiny_path)
+    part = trainer_for(config, dataset.info.obs_dim, dataset.info.act_dim).part
+    assert isinstance(part, OnPolicyImagination)
+    real = part.real_data(dataset)
+    model = HistoryProbe()
+    t, starts = dataset.transitions, np.asarray(dataset.episode_starts)
+    episode_of = np.searchsorted(starts, np.arange(len(t)), side="right") - 1
+    ends = np.flatnonzero(((np.arange(len(t)) - starts[episode_of]) >= model.history - 1) & ~t.terminal)
+    picked = jnp.asarray(ends[::5])
+    read = np.asarray(part._warm_up(model, real, picked, model.history, last=model.history))
+    for row, window in zip(np.asarray(picked), read):
+        first = row - model.history + 1
+        assert episode_of[first] == episode_of[row]  # the history lies in the start's own episode
+        np.testing.assert_array_equal(window, t.obs[first:row + 1])  # and ends at the start's row
+        # Imagination continues from that row's next observation, which is the episode's next row.
+        if row + 1 < len(t) and episode_of[row + 1] == episode_of[row]:
+            np.testing.assert_array_equal(np.asarray(real.next_obs)[row], t.obs[row + 1])
