@@ -86,16 +86,18 @@ def test_train_kill_resume_eval_export_deploy(algo, hopper_tiny_path, world_mode
     config = tiny_config(algo, str(hopper_tiny_path))
     config_path = tmp_path / "config.json"
     config_io.save(config, config_path)
-    # The MLP ensemble is fitted once for all; mopo-ppo fits its default RWM-U in each run (the killed one too,
-    # which the resumed run then reads back).
-    uses_model = registry.entry(algo).model_kind == "mlp"
+    # The MLP ensemble is fitted once for all; mopo-ppo's first run fits its default RWM-U, which the killed
+    # run then reuses.
+    kind = registry.entry(algo).model_kind
+    uses_model = kind == "mlp"
 
     full = tmp_path / "full"
     assert cli_main(_train_argv(config_path, full, world_model_dir, uses_model)) == 0
     expected = _records(full)
     assert [r["epoch"] for r in expected] == [1, 2, 3, 4] and expected[-1]["eval"] is not None
-    if registry.entry(algo).model_kind == "rwm":
+    if kind == "rwm":
         assert json.loads((full / "world_model" / "model.json").read_text())["format"] == "mbrl-recurrent-world-model"
+        world_model_dir, uses_model = full / "world_model", True
 
     # The same run in another process, killed without warning once its first checkpoint is on disk.
     killed = tmp_path / "killed"
