@@ -26,7 +26,7 @@ Every part has the same pure surface: `real_data(dataset)`, `empty()`, `initial_
 metrics, earned)` and `sample(real, store, key, count)`; `prepare(world_model, real)` computes, once per
 model on the host, what collects need besides the model (NEUBAY: the dataset's sorted uncertainties).
 `fixed_credit` is the static number of updates a collect earns when it does not depend on the data; a part
-that does not `retains_store` hands its collect's data to that epoch's updates only (on-policy). A part
+whose `retains_store` is False hands its collect's data to that epoch's updates only (on-policy). A part
 without a fixed credit (None) also gives `epoch_metrics(counters, store, collects, collect_means, aux, hypers)`,
 the epoch's summary from its collects' metrics averaged over the epoch.
 """

@@ -79,7 +79,7 @@ def compile_key(config: TrainConfig) -> TrainConfig:
     entry = registry.entry(config.algo)
     sections = {}
     for name in entry.sections:
-        if name in ("ensemble", "fit", "rwm", "rwm_fit"):  # the model is an argument of the program
+        if name in entry.model_sections:  # the model is an argument of the program, not part of it
             continue
         section = getattr(config, name)
         defaults = type(section)()
@@ -468,7 +468,12 @@ def _world_models(config: TrainConfig, dataset, task, paths: list[Path], progres
     models = []
     for index, path in enumerate(paths):
         if (path / "model.json").is_file():
-            models.append(load_model(path, termination_fn))
+            model = load_model(path, termination_fn)
+            if hasattr(model, "warm_up") and registry.entry(config.algo).model_kind != "rwm":
+                raise ConfigError(f"world model {path}: a recurrent world model (RWM-U) reads a history before it "
+                                  f"predicts, and {config.algo} imagines from single states; give it an MLP "
+                                  "ensemble (`mbrl model fit`), or use --algo mopo-ppo")
+            models.append(model)
             continue
         seed_offset = config.seed_list[index] if config.imagination.per_seed_model else 0
         model = fit_model(config, dataset, task, seed_offset, progress)

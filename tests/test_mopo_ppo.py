@@ -105,3 +105,22 @@ def test_imagination_starts_after_a_whole_history_of_one_episode(hopper_tiny_pat
         # Imagination continues from that row's next observation, which is the episode's next row.
         if row + 1 < len(t) and episode_of[row + 1] == episode_of[row]:
             np.testing.assert_array_equal(np.asarray(real.next_obs)[row], t.obs[row + 1])
+
+
+def test_an_algorithm_that_imagines_from_single_states_refuses_a_recurrent_model(hopper_tiny_path, tmp_path):
+    import jax
+
+    from mbrl.train import run
+    from world_models.model import Normalizer
+    from world_models.recurrent import RecurrentConfig, RecurrentWorldModel, init_params
+
+    config = RecurrentConfig(num_heads=2, gru_layers=1, gru_hidden=4, head_hidden=(4,), history=2, forecast=2)
+    model = RecurrentWorldModel(params=init_params(jax.random.PRNGKey(0), config, 14, 12),
+                                input_norm=Normalizer(jnp.zeros(14), jnp.ones(14)),
+                                target_norm=Normalizer(jnp.zeros(12), jnp.ones(12)), elites=jnp.arange(2),
+                                config=config, obs_dim=11, act_dim=3)
+    path = model.save(tmp_path / "rwm")
+    mopo = config_io.build("mopo", str(hopper_tiny_path), "quick", {"logging": {"progress": False}})
+    with pytest.raises(ConfigError, match=r"rwm: a recurrent world model \(RWM-U\) reads a history before it "
+                                          r"predicts, and mopo imagines from single states"):
+        run(mopo, tmp_path / "run", world_model_dir=path)
