@@ -1,9 +1,10 @@
-"""Online SAC on the SAC-N core (N=2): the env steps on the host, the updates run on the device in chunks.
+"""Online SAC on the SAC-N core (N=2 for SAC): the env steps on the host, the updates run on the device in chunks.
 
 Every `chunk_steps` env steps the host hands the new transitions to one compiled call that inserts them
-into a device-resident replay buffer and runs `chunk_steps` updates in a `lax.scan`, each sampling its
-batch inside `jit` (update-to-data ratio 1, as in SAC). Between chunks the policy is fixed, as in
-SpinningUp's `update_every=50`.
+into a device-resident replay buffer and runs `utd * chunk_steps` updates in a `lax.scan`, each sampling
+its batch inside `jit` (update-to-data ratio 1 in SAC; fine-tuning runs higher). Between chunks the policy
+is fixed, as in SpinningUp's `update_every=50`. A batch may take a fixed share of its rows from a second,
+fixed buffer (offline data kept during fine-tuning), passed to each call rather than held in the state.
 
 Agents do not import `envs`: the caller passes a gymnasium-style env (reset(seed=) / step(action)).
 """
@@ -21,6 +22,7 @@ from flax import struct
 
 from agents.sac_n import SACN, SACNConfig, SACNState
 from mbrl.core import replay
+from mbrl.core.errors import ConfigError
 from mbrl.core.replay import ReplayBuffer
 from mbrl.core.types import Transitions
 
@@ -33,6 +35,14 @@ class SACConfig:
     buffer_capacity: int = 1_000_000
     warmup_steps: int = 10_000
     chunk_steps: int = 50
+    utd: int = 1  # updates per new transition
+    offline_rows: int = 0  # rows of every batch drawn from the fixed buffer (the leading rows)
+
+    def __post_init__(self):
+        if isinstance(self.utd, bool) or not isinstance(self.utd, int) or self.utd < 1:
+            raise ConfigError(f"utd: expected a positive int (updates per new transition), found {self.utd!r}")
+        if not 0 <= self.offline_rows <= self.sacn.batch_size:
+            raise ConfigError(f"offline_rows: expected 0..batch_size ({self.sacn.batch_size}), found {self.offline_rows}")
 
 
 @struct.dataclass
@@ -70,16 +80,30 @@ class OnlineSAC:
     def _insert_only(self, state: OnlineState, rows: Transitions):
         return state.replace(buffer=replay.insert(state.buffer, rows, jnp.ones(rows.reward.shape[0], bool)))
 
-    def _insert_and_update(self, state: OnlineState, rows: Transitions):
+    def _insert_and_update(self, state: OnlineState, rows: Transitions, fixed: ReplayBuffer | None = None,
+                           hypers: dict | None = None, anchor_params=None):
+        """`hypers`: the core's traced values for this chunk (default: the config's), e.g. a decaying BC weight;
+        `anchor_params`: the frozen actor a BC term imitates (`SACN.actor_loss`)."""
         buffer = replay.insert(state.buffer, rows, jnp.ones(rows.reward.shape[0], bool))
         key, sample_key, update_key = jax.random.split(state.key, 3)
-        num_updates = rows.reward.shape[0]
-        # The buffer is fixed during a chunk, so all K batches are gathered at once before the scan
-        # (on CPU, one large gather is cheaper than one small gather per update).
-        flat = replay.sample(buffer, sample_key, num_updates * self.config.sacn.batch_size)
-        batches = jax.tree.map(lambda x: x.reshape(num_updates, -1, *x.shape[1:]), flat)
-        agent, metrics = self.core.update_many(state.agent, batches, update_key)
+        batches = self.chunk_batches(buffer, fixed, sample_key, rows.reward.shape[0] * self.config.utd)
+        agent, metrics = self.core.update_many(state.agent, batches, update_key, hypers, anchor_params)
         return OnlineState(agent=agent, buffer=buffer, key=key), metrics
+
+    def chunk_batches(self, buffer: ReplayBuffer, fixed: ReplayBuffer | None, key: jax.Array, updates: int) -> Transitions:
+        """The batches of `updates` updates, (updates, batch, ...): `offline_rows` leading rows of each from `fixed`,
+        the rest from `buffer`. The buffers do not change during a chunk, so all batches are gathered at once
+        before the scan (on CPU, one large gather is cheaper than one small gather per update)."""
+        batch, from_fixed = self.config.sacn.batch_size, self.config.offline_rows
+        if from_fixed and fixed is None:
+            raise ConfigError(f"online SAC: {from_fixed} rows of every batch come from a fixed buffer, and none was given")
+        shaped = lambda flat: jax.tree.map(lambda x: x.reshape(updates, -1, *x.shape[1:]), flat)  # noqa: E731
+        if not from_fixed:
+            return shaped(replay.sample(buffer, key, updates * batch))
+        own_key, fixed_key = jax.random.split(key)
+        own = shaped(replay.sample(buffer, own_key, updates * (batch - from_fixed)))
+        kept = shaped(replay.sample(fixed, fixed_key, updates * from_fixed))
+        return jax.tree.map(lambda a, b: jnp.concatenate([a, b.astype(a.dtype)], axis=1), kept, own)
 
 
 @dataclasses.dataclass

@@ -194,7 +194,10 @@ class SACN:
 
         return jax.vmap(member_grad)(critic_params)
 
-    def actor_loss(self, actor_params, critic_params, log_alpha, batch: Transitions, key, hypers: dict | None = None):
+    def actor_loss(self, actor_params, critic_params, log_alpha, batch: Transitions, key, hypers: dict | None = None,
+                   anchor_params=None):
+        """`anchor_params`: a frozen actor whose deterministic actions the BC term imitates on every row, instead
+        of the batch's actions on its leading `bc_rows` (fine-tuning's anchor to the warm-start policy)."""
         hypers = self.hypers() if hypers is None else hypers
         mean, log_std = self.actor.apply(actor_params, batch.obs)
         action, logp = sample_tanh_gaussian(mean, log_std, key)
@@ -203,8 +206,12 @@ class SACN:
         loss = jnp.mean(alpha * logp - q)
         extra = {}
         if self.use_bc:
-            rows = slice(None, self.bc_rows)
-            bc = anchor_error(mean[rows], batch.action[rows])
+            if anchor_params is None:
+                rows = slice(None, self.bc_rows)
+                bc = anchor_error(mean[rows], batch.action[rows])
+            else:
+                target = jnp.tanh(self.actor.apply(anchor_params, batch.obs)[0])
+                bc = anchor_error(mean, jax.lax.stop_gradient(target))
             # TD3+BC's ratio of the Q and BC terms, with the BC term scaled up rather than Q down, so
             # the temperature keeps its meaning in reward units for the critic's soft target.
             q_scale = jax.lax.stop_gradient(jnp.mean(jnp.abs(q)))
@@ -214,7 +221,8 @@ class SACN:
 
     # ----------------------------------------------------------------- update
 
-    def update(self, state: SACNState, batch: Transitions, key: jax.Array, hypers: dict | None = None) -> tuple[SACNState, dict]:
+    def update(self, state: SACNState, batch: Transitions, key: jax.Array, hypers: dict | None = None,
+               anchor_params=None) -> tuple[SACNState, dict]:
         """One gradient step on critics, actor and temperature, then a Polyak target update."""
         hypers = self.hypers() if hypers is None else hypers
         critic_key, actor_key = jax.random.split(key)
@@ -226,7 +234,7 @@ class SACN:
                                                      hypers["critic_lr"])
 
         (actor_loss, (logp, actor_metrics)), actor_grads = jax.value_and_grad(self.actor_loss, has_aux=True)(
-            state.actor_params, critic_params, state.log_alpha, batch, actor_key, hypers
+            state.actor_params, critic_params, state.log_alpha, batch, actor_key, hypers, anchor_params
         )
         actor_params, actor_opt_state = self._step(state.actor_params, actor_grads, state.actor_opt_state,
                                                    hypers["actor_lr"])
@@ -251,10 +259,10 @@ class SACN:
         return new_state, metrics
 
     def update_many(self, state: SACNState, batches: Transitions, key: jax.Array,
-                    hypers: dict | None = None) -> tuple[SACNState, dict]:
+                    hypers: dict | None = None, anchor_params=None) -> tuple[SACNState, dict]:
         """K updates in one `lax.scan` over batches with a leading axis K; metrics averaged over K."""
         hypers = self.hypers() if hypers is None else hypers
-        return scan_updates(lambda s, b, k: self.update(s, b, k, hypers), state, batches, key)
+        return scan_updates(lambda s, b, k: self.update(s, b, k, hypers, anchor_params), state, batches, key)
 
 
 class SACNAgent:

@@ -27,6 +27,7 @@ COMMANDS: dict[tuple[str, ...], tuple[str, str]] = {
     ("eval",): ("mbrl.commands.evaluate:evaluate", "evaluate a trained policy in simulation"),
     ("export",): ("mbrl.commands.export:export", "write a deployable policy"),
     ("deploy",): ("mbrl.commands.deploy:deploy", "run an exported policy on a robot"),
+    ("finetune",): ("mbrl.commands.finetune:finetune", "fine-tune a trained policy online on a robot (WSRL)"),
 }
 
 

@@ -42,20 +42,30 @@ def load_policy_from_run(run_dir: str | Path, seed_index: int = 0) -> PolicySpec
     """The deterministic policy of training seed number `seed_index` at the run's latest checkpoint.
 
     Reads the run through `mbrl.train.load_run` (config, run.json, the latest checkpoint, the agent), as
-    `mbrl eval` does, and reads the run's dataset for the observation
-    envelope (mean ± 10 std of its observations). The agents have no observation normalizer and act in
-    the dataset's action units (tanh output in [-1, 1]), so the export clips to the dataset's (else the
-    task's) action bounds without rescaling. A recurrent agent (NEUBAY) exports with its carry.
+    `mbrl eval` does; the rest is `run_policy_spec`.
     """
-    from mbrl import datasets
     from mbrl.train import load_run
 
     run_dir = Path(run_dir).absolute()
     if not run_dir.is_dir():
         raise ExportError(f"{run_dir}: no such run directory; expected a directory written by `mbrl train`")
     run = load_run(run_dir)
-    config, facts, seeds, record = run.config, run.facts, run.seeds, run.record
-    params = run.actor_params(seed_index)
+    record = run.record
+    metadata = {"algo": run.config.algo, "train_seed": run.seeds[seed_index], "epoch": int(record.get("epoch", 0)),
+                "updates": int(record.get("updates", 0)), "run_dir": str(run_dir)}
+    return run_policy_spec(run, run.actor_params(seed_index), run_dir.name, metadata)
+
+
+def run_policy_spec(run, params, run_id: str, metadata: dict) -> PolicySpec:
+    """The PolicySpec of a run's agent (`mbrl.train.LoadedRun`) with actor parameters `params` (the run's own,
+    or fine-tuned ones). It reads the run's dataset for the observation envelope (mean ± 10 std of its
+    observations). The agents have no observation normalizer and act in
+    the dataset's action units (tanh output in [-1, 1]), so the export clips to the dataset's (else the
+    task's) action bounds without rescaling. A recurrent agent (NEUBAY) exports with its carry.
+    """
+    from mbrl import datasets
+
+    config, facts = run.config, run.facts
     agent = run.trainer.agent
     obs_dim, act_dim = agent.obs_dim, agent.act_dim
     task_name = facts.get("task")
@@ -89,13 +99,7 @@ def load_policy_from_run(run_dir: str | Path, seed_index: int = 0) -> PolicySpec
         control_rate_hz=rate,
         env_id=env_id,
         dataset=config.dataset,
-        run_id=run_dir.name,
-        metadata={
-            "algo": config.algo,
-            "train_seed": seeds[seed_index],
-            "epoch": int(record.get("epoch", 0)),
-            "updates": int(record.get("updates", 0)),
-            "run_dir": str(run_dir),
-        },
+        run_id=run_id,
+        metadata=metadata,
         **names,
     )

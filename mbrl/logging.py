@@ -45,10 +45,11 @@ def read_metrics(path: str | Path) -> list[dict]:
     return records
 
 
-def truncate_metrics(path: str | Path, last_epoch: int) -> None:
-    """Keep only the records of epochs <= `last_epoch` (those a resumed run does not redo)."""
+def truncate_metrics(path: str | Path, last_epoch: int, key: str = "epoch") -> None:
+    """Keep only the records whose `key` (epochs; env steps for fine-tuning) is <= `last_epoch` (those a
+    resumed run does not redo)."""
     path = Path(path)
-    kept = [r for r in read_metrics(path) if r.get("epoch", 0) <= last_epoch]
+    kept = [r for r in read_metrics(path) if r.get(key, 0) <= last_epoch]
     write_text_atomic(path, "".join(json.dumps(r) + "\n" for r in kept))
 
 
@@ -128,9 +129,9 @@ class RunLogger:
 
 
 class Progress:
-    """A rich progress bar over epochs with the ETA and the last evaluation's score."""
+    """A rich progress bar over epochs (or another `unit`) with the ETA and the last evaluation's score."""
 
-    def __init__(self, total_epochs: int, start_epoch: int, description: str, enabled: bool = True):
+    def __init__(self, total_epochs: int, start_epoch: int, description: str, enabled: bool = True, unit: str = "epochs"):
         from rich.console import Console
         from rich.progress import BarColumn, MofNCompleteColumn, Progress as RichProgress, TextColumn
         from rich.progress import TimeElapsedColumn, TimeRemainingColumn
@@ -139,7 +140,7 @@ class Progress:
             TextColumn(f"[bold]{description}[/]"),
             BarColumn(),
             MofNCompleteColumn(),
-            TextColumn("epochs"),
+            TextColumn(unit),
             TimeElapsedColumn(),
             TextColumn("eta"),
             TimeRemainingColumn(),
@@ -160,8 +161,9 @@ class Progress:
         self._bar.update(self._task, completed=epoch, status=status)
 
 
-def plot_learning_curve(records: list[dict], path: str | Path, title: str) -> Path | None:
-    """Normalized score (or return) vs updates, mean ± stderr over seeds, written atomically as PNG."""
+def plot_learning_curve(records: list[dict], path: str | Path, title: str, x_key: str = "updates",
+                        x_label: str = "gradient updates") -> Path | None:
+    """Normalized score (or return) vs updates (or `x_key`), mean ± stderr over seeds, written atomically as PNG."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -171,13 +173,13 @@ def plot_learning_curve(records: list[dict], path: str | Path, title: str) -> Pa
     if not points:
         return None
     key = "normalized_score" if all(r["eval"].get("normalized_score") is not None for r in points) else "return_mean"
-    x = np.array([r["updates"] for r in points], np.float64)
+    x = np.array([r[x_key] for r in points], np.float64)
     stats = np.array([mean_stderr(r["eval"][key]) for r in points])
     fig, ax = plt.subplots(figsize=(6, 4), dpi=120)
     ax.plot(x, stats[:, 0], marker="o", lw=1.5)
     ax.fill_between(x, stats[:, 0] - stats[:, 1], stats[:, 0] + stats[:, 1], alpha=0.25)
     seeds = len(points[-1]["eval"][key])
-    ax.set_xlabel("gradient updates")
+    ax.set_xlabel(x_label)
     ax.set_ylabel("normalized score" if key == "normalized_score" else "return")
     ax.set_title(f"{title}\n{seeds} seed{'s' if seeds > 1 else ''}, mean ± stderr", fontsize=10)
     ax.grid(alpha=0.3)

@@ -21,6 +21,24 @@ def _isolated_data_dirs(tmp_path_factory, monkeypatch):
     monkeypatch.setenv("MBRL_CACHE_DIR", str(root / "jax-cache"))  # `mbrl train` keeps compiles on disk
 
 
+LOOPBACK_DDS = ('<CycloneDDS><Domain id="any"><General><Interfaces><NetworkInterface address="127.0.0.1"/></Interfaces>'
+                '<AllowMulticast>false</AllowMulticast></General><Discovery><ParticipantIndex>auto</ParticipantIndex>'
+                '<MaxAutoParticipantIndex>100</MaxAutoParticipantIndex><Peers><Peer address="127.0.0.1"/></Peers>'
+                '</Discovery></Domain></CycloneDDS>')
+
+
+@pytest.fixture(scope="module")
+def loopback_dds():
+    """DDS discovery on loopback only (no multicast), for this process and the robot nodes it starts."""
+    saved = os.environ.get("CYCLONEDDS_URI")
+    os.environ["CYCLONEDDS_URI"] = LOOPBACK_DDS
+    yield
+    if saved is None:
+        os.environ.pop("CYCLONEDDS_URI", None)
+    else:
+        os.environ["CYCLONEDDS_URI"] = saved
+
+
 @pytest.fixture(scope="session")
 def load_script():
     """Import `scripts/NAME.py` (scripts are not a package) and return the module."""
@@ -63,3 +81,22 @@ def hopper_tiny_path(tmp_path_factory):
             f.create_dataset(key, data=np.asarray(values, dtype))
         f.attrs["env_id"] = "Hopper-v5"
     return path
+
+
+@pytest.fixture(scope="session")
+def export_dir(tmp_path_factory):
+    """An export (test_deploy, test_ros2_dds): a SAC actor at random init for Hopper-v5, with a normalizer from the
+    sample dataset; (folder, PolicySpec)."""
+    import jax
+
+    from agents.sac_n import SACN, SACNConfig
+    from mbrl.datasets import SAMPLE_PATH, load
+    from mbrl.export import PolicySpec, export_policy
+
+    obs = load(SAMPLE_PATH).transitions.obs
+    sac = SACN(SACNConfig(hidden_sizes=(32, 32)), 11, 3)
+    params = jax.tree.map(lambda x: 2.0 * x, sac.init(jax.random.PRNGKey(3)).actor_params)  # bolder actions
+    spec = PolicySpec(apply_fn=lambda p, o: sac.act(p, o, None, True), params=params, obs_dim=11, act_dim=3,
+                      action_low=-1.0, action_high=1.0, obs_mean=obs.mean(axis=0), obs_std=obs.std(axis=0) + 0.05,
+                      control_rate_hz=125.0, env_id="Hopper-v5")
+    return export_policy(spec, tmp_path_factory.mktemp("deploy") / "export"), spec

@@ -29,24 +29,6 @@ REPO = Path(__file__).resolve().parents[1]
 
 
 @pytest.fixture(scope="module")
-def export_dir(tmp_path_factory):
-    """A SAC actor at random init for Hopper-v5, with a normalizer from the sample dataset."""
-    import jax
-
-    from agents.sac_n import SACN, SACNConfig
-    from mbrl.datasets import SAMPLE_PATH, load
-    from mbrl.export import PolicySpec, export_policy
-
-    obs = load(SAMPLE_PATH).transitions.obs
-    sac = SACN(SACNConfig(hidden_sizes=(32, 32)), 11, 3)
-    params = jax.tree.map(lambda x: 2.0 * x, sac.init(jax.random.PRNGKey(3)).actor_params)  # bolder actions
-    spec = PolicySpec(apply_fn=lambda p, o: sac.act(p, o, None, True), params=params, obs_dim=11, act_dim=3,
-                      action_low=-1.0, action_high=1.0, obs_mean=obs.mean(axis=0), obs_std=obs.std(axis=0) + 0.05,
-                      control_rate_hz=125.0, env_id="Hopper-v5")
-    return export_policy(spec, tmp_path_factory.mktemp("deploy") / "export"), spec
-
-
-@pytest.fixture(scope="module")
 def neubay_export(tmp_path_factory):
     """A NEUBAY actor (LRU memory, 2 layers) at init for Hopper-v5, exported as a run's policy is."""
     import jax
@@ -268,7 +250,7 @@ def test_deploy_errors_print_one_line_and_exit_2(export_dir, tmp_path, capsys):
 
 @pytest.mark.skipif(rclpy_available(), reason="rclpy is installed: the missing-dependency path cannot be taken")
 def test_ros2_without_rclpy_is_a_clear_error(export_dir, capsys):
-    assert main(["deploy", str(export_dir[0]), "--robot", "ros2:/hopper"]) == 2
+    assert main(["deploy", str(export_dir[0]), "--robot", "ros2:/hopper", "--ros2-backend", "rclpy"]) == 2
     assert "rclpy is not installed" in capsys.readouterr().err
 
 

@@ -80,6 +80,17 @@ def env_facts(env_id: str) -> dict:
         env.close()
 
 
+def _time_limit(env):
+    """The TimeLimit wrapper around a Gymnasium env, if any (its step counter is part of an episode's state)."""
+    import gymnasium
+
+    while env is not None:
+        if isinstance(env, gymnasium.wrappers.TimeLimit):
+            return env
+        env = getattr(env, "env", None)
+    return None
+
+
 class MujocoRobot:
     def __init__(
         self,
@@ -172,6 +183,51 @@ class MujocoRobot:
         self._seq += 1
         self._history.append((np.asarray(obs, np.float64), time.monotonic(), self._seq, float(reward), terminated, truncated))
         return sent
+
+    def snapshot(self) -> dict:
+        """The episode in progress as plain values: MuJoCo's whole integration state, the time limit's counter,
+        the latency and delay queues and the noise generator, so that `restore` continues it bit for bit
+        (an exact resume of fine-tuning mid-episode)."""
+        import mujoco
+
+        raw = self._env().unwrapped
+        spec = mujoco.mjtState.mjSTATE_INTEGRATION
+        mj_state = np.empty(mujoco.mj_stateSize(raw.model, spec), np.float64)
+        mujoco.mj_getState(raw.model, raw.data, mj_state, spec)
+        limit = _time_limit(self.env)
+        return {
+            "env_id": self.env_id, "mj_state": mj_state.tolist(),
+            "elapsed_steps": None if limit is None else limit._elapsed_steps,
+            "step_count": self.step_count, "seq": self._seq, "stopped": self.stopped,
+            "history": [[v.tolist(), seq, reward, terminated, truncated] for v, _, seq, reward, terminated, truncated in self._history],
+            "pending": [a.tolist() for a in self._pending], "frozen": None if self._frozen is None else [
+                self._frozen.values.tolist(), self._frozen.seq, self._frozen.reward, self._frozen.terminated,
+                self._frozen.truncated],
+            "rng": self._rng.bit_generator.state,
+        }
+
+    def restore(self, snapshot: dict) -> None:
+        """Continue the episode of a `snapshot` (of a robot made with the same options); the next `observe`
+        returns what it would have returned then."""
+        import mujoco
+
+        if snapshot.get("env_id") != self.env_id:
+            raise RobotError(f"{self.name}: a snapshot of {snapshot.get('env_id')!r} cannot be restored here")
+        self.reset()
+        raw = self._env().unwrapped
+        mujoco.mj_setState(raw.model, raw.data, np.asarray(snapshot["mj_state"], np.float64), mujoco.mjtState.mjSTATE_INTEGRATION)
+        limit = _time_limit(self.env)
+        if limit is not None:
+            limit._elapsed_steps = snapshot["elapsed_steps"]
+        self.step_count, self._seq, self.stopped = snapshot["step_count"], snapshot["seq"], snapshot["stopped"]
+        now = time.monotonic()
+        self._history = collections.deque(
+            [(np.asarray(v, np.float64), now, seq, reward, terminated, truncated) for v, seq, reward, terminated, truncated
+             in snapshot["history"]], maxlen=self.obs_latency + 1)
+        self._pending = collections.deque(np.asarray(a, np.float32) for a in snapshot["pending"])
+        self._rng.bit_generator.state = snapshot["rng"]
+        frozen = snapshot["frozen"]
+        self._frozen = None if frozen is None else Observation(np.asarray(frozen[0], np.float32), now, *frozen[1:])
 
     def safe_stop(self) -> None:
         """A simulated robot has nothing to power down: stop stepping until the next reset."""

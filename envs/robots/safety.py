@@ -67,6 +67,14 @@ class SafetyLayer:
         self._last_seq: int | None = None
         self.stale_ticks = 0
 
+    def state(self) -> dict:
+        """What the layer remembers within an episode, as plain values (a fine-tuning checkpoint keeps it)."""
+        return {"last_action": self.last_action.tolist(), "last_seq": self._last_seq, "stale_ticks": self.stale_ticks}
+
+    def restore(self, state: dict) -> None:
+        self.last_action = np.asarray(state["last_action"], np.float32)
+        self._last_seq, self.stale_ticks = state["last_seq"], state["stale_ticks"]
+
     def check_observation(self, obs: Observation, now: float) -> tuple[str, list[str]]:
         """("ok" | "hold" | "stop", events) for this tick's observation."""
         stale = self._last_seq is not None and obs.seq <= self._last_seq

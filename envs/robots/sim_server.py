@@ -90,7 +90,9 @@ class SimServer:
             if len(message.payload) != self.act_dim:
                 self.error(f"ACTION with {len(message.payload)} values, this robot has {self.act_dim} actuators", address)
                 return
-            obs, reward, terminated, truncated, _ = self.env.step(np.clip(message.payload, self.low, self.high))
+            # In the action space's dtype, as a controller in this process would pass it.
+            action = np.clip(message.payload, self.low, self.high).astype(self.env.action_space.dtype)
+            obs, reward, terminated, truncated, _ = self.env.step(action)
             self.step += 1
             self.last_reply = self.observation(obs, reward, terminated, truncated)
             if self.stop_after is None or self.step <= self.stop_after:

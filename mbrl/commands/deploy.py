@@ -1,8 +1,8 @@
 """`mbrl deploy EXPORT --robot URI`: run an exported policy on a robot through the safety layer.
 
 URI: `mujoco:ENV_ID` (a Gymnasium MuJoCo env in this process), `udp://HOST:PORT` (a robot speaking
-the protocol of `envs.robots.udp`, such as `python -m envs.robots.sim_server`), `ros2:PREFIX`
-(JointState in, Float64MultiArray out; needs rclpy).
+the protocol of `envs.robots.udp`, such as `python -m envs.robots.sim_server`), `ros2:PREFIX` (ROS 2 topics
+over DDS, `envs.robots.dds`, such as `python -m envs.robots.dds_sim`; `--ros2-backend rclpy` for rclpy).
 
 A recurrent export (NEUBAY) keeps its memory between ticks in the runner and resets it at every episode
 start; it also reads the previous step's reward, which `envs.robots.runner.RewardFeed` takes from each
@@ -59,37 +59,21 @@ class DeployArgs:
     """mujoco: standard deviation of Gaussian noise added to observations."""
     action_delay: int = 0
     """mujoco: a command takes effect this many steps after it was sent."""
+    ros2_backend: str = "dds"
+    """ros2: `dds` speaks DDS directly through cyclonedds (the `ros2` extra; `envs.robots.dds`); `rclpy` goes
+    through a ROS 2 installation's rclpy (JointState in, Float64MultiArray out; `envs.robots.ros2`)."""
 
 
 def make_robot(uri: str, args: DeployArgs, description: dict, period: float | None):
-    """The adapter for a robot URI; ConfigError for an unknown one."""
+    """The adapter for a robot URI (`envs.robots.connect.make_robot`); ConfigError for an unknown one."""
+    from envs.robots.connect import SimOptions, make_robot as connect
+
     obs_timeout = args.obs_timeout if args.obs_timeout is not None else (0.5 * period if period else 1.0)
-    if uri.startswith("mujoco:"):
-        from envs.robots.mujoco import MujocoRobot
-
-        env_id = uri.removeprefix("mujoco:")
-        if not env_id:
-            raise ConfigError(f"--robot {uri!r}: expected mujoco:ENV_ID, such as mujoco:Hopper-v5")
-        return MujocoRobot(env_id, max_episode_steps=args.max_episode_steps, obs_latency=args.obs_latency,
-                           obs_noise=args.obs_noise, action_delay=args.action_delay, noise_seed=args.seed)
-    simulated_only = {"--max-episode-steps": args.max_episode_steps is not None, "--obs-latency": args.obs_latency != 0,
-                      "--obs-noise": args.obs_noise != 0.0, "--action-delay": args.action_delay != 0}
-    given = [name for name, set_ in simulated_only.items() if set_]
-    if given and (uri.startswith("udp://") or uri.startswith("ros2:")):
-        raise ConfigError(f"{', '.join(given)}: only for --robot mujoco:ENV_ID, found --robot {uri}")
-    if uri.startswith("udp://"):
-        from envs.robots.udp import UdpRobot, parse_address
-
-        return UdpRobot(*parse_address(uri), obs_timeout=obs_timeout)
-    if uri.startswith("ros2:"):
-        from envs.robots.ros2 import Ros2Robot
-
-        prefix = uri.removeprefix("ros2:")
-        if not prefix.strip("/"):
-            raise ConfigError(f"--robot {uri!r}: expected ros2:TOPIC_PREFIX, such as ros2:/my_robot")
-        return Ros2Robot(prefix, description["observation"]["dim"], description["action"]["low"],
-                         description["action"]["high"], obs_timeout=obs_timeout)
-    raise ConfigError(f"--robot {uri!r}: unknown robot; expected mujoco:ENV_ID, udp://HOST:PORT or ros2:PREFIX")
+    sim = SimOptions(max_episode_steps=args.max_episode_steps, obs_latency=args.obs_latency, obs_noise=args.obs_noise,
+                     action_delay=args.action_delay, noise_seed=args.seed)
+    return connect(uri, obs_dim=description["observation"]["dim"], action_low=description["action"]["low"],
+                   action_high=description["action"]["high"], obs_timeout=obs_timeout, sim=sim,
+                   ros2_backend=args.ros2_backend)
 
 
 def check_fit(runner, robot) -> tuple[np.ndarray, np.ndarray]:

@@ -1,0 +1,70 @@
+"""The adapter for a robot URI, shared by `mbrl deploy` and `mbrl finetune`.
+
+    mujoco:ENV_ID     a Gymnasium MuJoCo env in this process (`envs.robots.mujoco`)
+    udp://HOST:PORT   a robot speaking the UDP protocol (`envs.robots.udp`; `python -m envs.robots.sim_server`)
+    ros2:PREFIX       a robot on ROS 2 topics under PREFIX: over DDS with cyclonedds (`envs.robots.dds`;
+                      `python -m envs.robots.dds_sim`), or through rclpy with `ros2_backend="rclpy"`
+                      (`envs.robots.ros2`, needs a ROS 2 installation)
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+
+from mbrl.core.errors import ConfigError
+
+ROS2_BACKENDS = ("dds", "rclpy")
+
+
+@dataclasses.dataclass(frozen=True)
+class SimOptions:
+    """The imperfections and time limit of a simulated (mujoco:) robot; refused for any other robot."""
+
+    max_episode_steps: int | None = None
+    obs_latency: int = 0
+    obs_noise: float = 0.0
+    action_delay: int = 0
+    noise_seed: int = 0
+
+    def given(self) -> list[str]:
+        """The options that differ from their defaults, as CLI flags (noise_seed follows --seed: not listed)."""
+        return [f"--{name.replace('_', '-')}" for name in ("max_episode_steps", "obs_latency", "obs_noise", "action_delay")
+                if getattr(self, name) != getattr(SimOptions(), name)]
+
+
+def make_robot(uri: str, *, obs_dim: int, action_low, action_high, obs_timeout: float, sim: SimOptions = SimOptions(),
+               ros2_backend: str = "dds"):
+    """The adapter for `uri`. `obs_dim` and the action bounds describe what the controller expects (ROS 2 topics
+    do not advertise sizes); `obs_timeout` is how long a networked robot's `observe` waits for a new one."""
+    if uri.startswith("mujoco:"):
+        from envs.robots.mujoco import MujocoRobot
+
+        env_id = uri.removeprefix("mujoco:")
+        if not env_id:
+            raise ConfigError(f"--robot {uri!r}: expected mujoco:ENV_ID, such as mujoco:Hopper-v5")
+        return MujocoRobot(env_id, max_episode_steps=sim.max_episode_steps, obs_latency=sim.obs_latency,
+                           obs_noise=sim.obs_noise, action_delay=sim.action_delay, noise_seed=sim.noise_seed)
+    given = sim.given()
+    if given and (uri.startswith("udp://") or uri.startswith("ros2:")):
+        raise ConfigError(f"{', '.join(given)}: only for --robot mujoco:ENV_ID, found --robot {uri}")
+    if uri.startswith("udp://"):
+        from envs.robots.udp import UdpRobot, parse_address
+
+        return UdpRobot(*parse_address(uri), obs_timeout=obs_timeout)
+    if uri.startswith("ros2:"):
+        prefix = uri.removeprefix("ros2:")
+        if not prefix.strip("/"):
+            raise ConfigError(f"--robot {uri!r}: expected ros2:TOPIC_PREFIX, such as ros2:/my_robot")
+        if ros2_backend not in ROS2_BACKENDS:
+            raise ConfigError(f"--ros2-backend {ros2_backend!r}: expected one of {', '.join(ROS2_BACKENDS)}")
+        low, high = np.asarray(action_low, np.float32), np.asarray(action_high, np.float32)
+        if ros2_backend == "rclpy":
+            from envs.robots.ros2 import Ros2Robot
+
+            return Ros2Robot(prefix, obs_dim, low, high, obs_timeout=obs_timeout)
+        from envs.robots.dds import DdsRobot
+
+        return DdsRobot(prefix, obs_dim, low, high, obs_timeout=obs_timeout)
+    raise ConfigError(f"--robot {uri!r}: unknown robot; expected mujoco:ENV_ID, udp://HOST:PORT or ros2:PREFIX")

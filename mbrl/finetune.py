@@ -1,0 +1,452 @@
+"""Offline-to-online fine-tuning on a robot, as WSRL (Zhou et al. 2024, "Efficient Online Reinforcement Learning
+Fine-Tuning Need Not Retain Offline Data"):
+
+1. warm-up: `warmup` steps of the frozen offline policy (sampled) fill a fresh online buffer; no update;
+2. online SAC-N on the same core (`agents.sac.OnlineSAC`) at `utd` updates per new step, keeping none of the
+   offline data (`retain_offline_ratio` mixes a share of it back into every batch, for comparison).
+
+Every command goes through the deploy safety layer and control loop (`envs.robots.loop.ControlLoop`): clip, rate
+limit, watchdog, safe stop; episodes start with the robot adapter's reset. A transition is stored when a tick
+whose command the policy chose is followed by a fresh observation: the action stored is the command the robot
+reports it sent. Every `update_every` steps one compiled call inserts the new rows and runs `utd * update_every`
+updates; the policy acting meanwhile is fixed.
+
+The run directory: `finetune.json` (the options and the offline run), `metrics.jsonl` (one record every
+`eval_every` steps: the policy's score in the simulator when the run's task is known, the online episodes'
+returns, the update metrics), `ticks.jsonl` (the control loop's per-tick log), `checkpoints/`,
+`learning_curve.png` and `export/` (the fine-tuned policy, as `mbrl export` writes it).
+
+A checkpoint holds the agent, the online buffer, the keys and the host side of the episode in progress; on a
+simulated robot (`mujoco:`) also the simulator's whole state, so `--resume` continues bit for bit, mid-episode.
+A networked robot cannot be put back where it was: a resumed run starts a new episode there. SIGINT/SIGTERM
+end the tick in progress, stop the robot safely, then checkpoint.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import time
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from mbrl.core.errors import ConfigError
+from mbrl.core.files import write_text_atomic
+
+CONFIG_FILE = "finetune.json"
+TICKS_FILE = "ticks.jsonl"
+FIELDS = ("obs", "action", "reward", "next_obs", "terminal", "timeout")
+
+
+@dataclasses.dataclass(frozen=True)
+class FinetuneConfig:
+    run: str  # the offline run directory (`mbrl train`)
+    robot: str
+    steps: int = 30_000
+    warmup: int = 5_000
+    utd: int = 4
+    retain_offline_ratio: float = 0.0
+    scratch: bool = False
+    seed: int = 0
+    seed_index: int = 0
+    update_every: int = 50
+    eval_every: int = 2_500
+    eval_episodes: int = 10
+    eval_seed: int = 0
+    checkpoint_every: int | None = None
+    anchor: float | None = None
+    anchor_final: float | None = None
+    rate: float = 0.0
+    max_delta: float | None = 0.5
+    max_stale_ticks: int = 2
+    max_obs_age: float | None = None
+    obs_timeout: float = 1.0
+    ros2_backend: str = "dds"
+
+    def __post_init__(self):
+        def positive(name, value, zero_ok=False):
+            if isinstance(value, bool) or not isinstance(value, int) or value < (0 if zero_ok else 1):
+                raise ConfigError(f"--{name.replace('_', '-')}: expected an int {'>= 0' if zero_ok else '>= 1'}, found {value!r}")
+
+        positive("steps", self.steps)
+        positive("warmup", self.warmup, zero_ok=True)
+        positive("utd", self.utd)
+        positive("update_every", self.update_every)
+        positive("eval_every", self.eval_every)
+        positive("eval_episodes", self.eval_episodes, zero_ok=True)
+        for name in ("steps", "warmup", "eval_every") + (("checkpoint_every",) if self.checkpoint_every else ()):
+            if getattr(self, name) % self.update_every:
+                raise ConfigError(f"--{name.replace('_', '-')} {getattr(self, name)}: expected a multiple of "
+                                  f"--update-every ({self.update_every}); updates and records fall on chunk ends")
+        if self.checkpoint_every is not None:
+            positive("checkpoint_every", self.checkpoint_every)
+        if not 0.0 <= self.retain_offline_ratio <= 1.0:
+            raise ConfigError(f"--retain-offline-ratio: expected a fraction in [0, 1], found {self.retain_offline_ratio}")
+        if self.scratch and self.retain_offline_ratio:
+            raise ConfigError("--scratch trains SAC from scratch, without the offline data: drop --retain-offline-ratio")
+        if self.anchor is not None and not self.anchor >= 0:
+            raise ConfigError(f"--anchor: expected a BC weight >= 0 (or None: the run's own), found {self.anchor}")
+        if self.anchor_final is not None and not self.anchor_final >= 0:
+            raise ConfigError(f"--anchor-final: expected a BC weight >= 0 (or None: constant), found {self.anchor_final}")
+        if self.rate < 0:
+            raise ConfigError(f"--rate: expected Hz >= 0 (0: unpaced), found {self.rate}")
+        if not self.obs_timeout > 0:
+            raise ConfigError(f"--obs-timeout: expected seconds > 0, found {self.obs_timeout}")
+
+    @property
+    def checkpoint_period(self) -> int:
+        return self.checkpoint_every or self.eval_every
+
+
+@dataclasses.dataclass
+class FinetuneResult:
+    run_dir: Path
+    records: list[dict]
+    steps: int
+    interrupted: str | None  # the signal's name, "watchdog", or None when the budget was spent
+    export_dir: Path | None
+    seconds: float
+
+
+class OnlinePolicy:
+    """The acting policy: the actor sampled with key (`key`, call count), or uniform actions in [-1, 1] (SAC from
+    scratch during its warm-up). Stateless given `calls`, so a resumed run acts as the uninterrupted one."""
+
+    def __init__(self, sac, params, key: jax.Array, seed: int, uniform: bool):
+        self.sac, self.params, self.key, self.seed, self.uniform = sac, params, key, seed, uniform
+        self.calls = 0
+
+    def __call__(self, obs) -> np.ndarray:
+        call, self.calls = self.calls, self.calls + 1
+        if self.uniform:
+            return np.random.default_rng([self.seed, call]).uniform(-1.0, 1.0, self.sac.act_dim).astype(np.float32)
+        return np.asarray(self.sac.policy_step(self.params, jnp.asarray(obs, jnp.float32), self.key, call))
+
+
+def _reset_seed(seed: int, episode: int) -> int:
+    """Episode `episode` of fine-tuning seed `seed`: distinct from other seeds' and from evaluation's (< 1e6)."""
+    return 1_000_000 * (seed + 1) + episode
+
+
+def anchor_weight(config: FinetuneConfig, offline_sac) -> float:
+    """The BC weight the online phase starts with: `--anchor`, else the offline run's own (`sac.actor_bc_coef`)."""
+    if config.anchor is not None:
+        return float(config.anchor)
+    return 0.0 if config.scratch else float(offline_sac.actor_bc_coef)  # from scratch there is nothing to keep
+
+
+def _online_config(config: FinetuneConfig, offline_sac, batch_rows: int):
+    """Online SAC-N on the offline run's networks, without the EDAC term (WSRL's online phase is plain SAC). An
+    offline run whose actor was anchored to its data (`sac.actor_bc_coef`, the quick presets) keeps an anchor of
+    that weight (`anchor_weight`): to the frozen warm-start policy's deterministic actions (`--anchor-final`
+    moves it linearly to another weight by the run's end). Such an actor is not a maximiser of its critics: let
+    go, it leaves the policy's good region within a few thousand updates (docs/finetune.md)."""
+    from agents.sac import SACConfig
+    from mbrl.core.replay import real_count
+
+    sacn = dataclasses.replace(offline_sac, actor_bc_coef=anchor_weight(config, offline_sac), eta=0.0)
+    capacity = config.warmup + config.steps  # the whole run fits: nothing online is ever overwritten
+    return SACConfig(sacn=sacn, buffer_capacity=capacity, warmup_steps=config.warmup, chunk_steps=config.update_every,
+                     utd=config.utd, offline_rows=real_count(batch_rows, config.retain_offline_ratio))
+
+
+def _source_run(config: FinetuneConfig):
+    from agents.sac_n import SACNAgent
+    from mbrl.train import load_run
+
+    source = load_run(config.run)
+    if not isinstance(source.trainer.agent, SACNAgent):
+        raise ConfigError(f"{source.run_dir}: a {source.config.algo} run; fine-tuning takes a run of the SAC-N family "
+                          "(--algo ravl or mopo)")
+    if not 0 <= config.seed_index < len(source.seeds):
+        raise ConfigError(f"--seed-index: the run trained {len(source.seeds)} seed(s) {source.seeds}, found {config.seed_index}")
+    return source
+
+
+def _robot(config: FinetuneConfig, source):
+    from envs.robots.connect import SimOptions, make_robot
+    from envs.tasks import get_task
+
+    obs_dim, act_dim = int(source.facts["obs_dim"]), int(source.facts["act_dim"])
+    low, high = -np.ones(act_dim, np.float32), np.ones(act_dim, np.float32)
+    if source.facts.get("task"):
+        task = get_task(source.facts["task"])
+        low, high = np.full(act_dim, task.action_low, np.float32), np.full(act_dim, task.action_high, np.float32)
+    robot = make_robot(config.robot, obs_dim=obs_dim, action_low=low, action_high=high, obs_timeout=config.obs_timeout,
+                       sim=SimOptions(noise_seed=config.seed), ros2_backend=config.ros2_backend)
+    return robot, low, high
+
+
+def _check_robot(robot, source, low, high) -> tuple[np.ndarray, np.ndarray]:
+    """The command bounds the policy and the robot agree on; ConfigError when the dims differ."""
+    from envs.robots.protocol import RobotError
+
+    where = f"run {source.run_dir} and robot {robot.name}"
+    obs_dim, act_dim = int(source.facts["obs_dim"]), int(source.facts["act_dim"])
+    if robot.obs_dim != obs_dim or robot.act_dim != act_dim:
+        raise RobotError(f"{where}: the policy takes observations of dim {obs_dim} and gives actions of dim {act_dim}, "
+                         f"the robot has {robot.obs_dim} and {robot.act_dim}")
+    low, high = np.maximum(low, robot.action_low), np.minimum(high, robot.action_high)
+    if not np.all(low < high):
+        raise RobotError(f"{where}: the action bounds do not overlap")
+    return low, high
+
+
+class _Records:
+    """The running sums behind one metrics record: update metrics per chunk, online episodes' returns."""
+
+    def __init__(self, saved: dict | None = None):
+        saved = saved or {}
+        self.sums: dict[str, float] = dict(saved.get("sums", {}))
+        self.chunks: int = saved.get("chunks", 0)
+        self.returns: list[float] = list(saved.get("returns", []))
+        self.lengths: list[int] = list(saved.get("lengths", []))
+
+    def add_chunk(self, metrics: dict) -> None:
+        for name, value in jax.device_get(metrics).items():
+            self.sums[name] = self.sums.get(name, 0.0) + float(value)
+        self.chunks += 1
+
+    def state(self) -> dict:
+        return {"sums": self.sums, "chunks": self.chunks, "returns": self.returns, "lengths": self.lengths}
+
+
+def run(config: FinetuneConfig | None, run_dir: str | Path, *, resume: bool = False, robot_uri: str | None = None,
+        progress: bool = True) -> FinetuneResult:
+    """Fine-tune as `config` says into `run_dir`, or (`resume`) continue the fine-tuning run there from its last
+    checkpoint (`robot_uri`: the robot at a new address)."""
+    from agents.sac import OnlineSAC, make_policy
+    from envs.lockstep import markov
+    from envs.robots.loop import ControlLoop, EpisodeProgress
+    from envs.robots.safety import SafetyConfig, SafetyLayer
+    from envs.tasks import get_task
+    from mbrl import datasets
+    from mbrl.checkpoint import Checkpointer
+    from mbrl.core import replay
+    from mbrl.core.score import normalized_score
+    from mbrl.core.types import Transitions
+    from mbrl.evaluate import evaluate
+    from mbrl.logging import METRICS_FILE, Progress, RunLogger, plot_learning_curve, read_metrics, truncate_metrics
+
+    started = time.perf_counter()
+    run_dir = Path(run_dir).absolute()
+    if resume:
+        config = _read_config(run_dir)
+        if robot_uri is not None:
+            config = dataclasses.replace(config, robot=robot_uri)
+    elif (run_dir / CONFIG_FILE).exists():
+        raise ConfigError(f"{run_dir}: already holds a fine-tuning run; continue it with --resume {run_dir} or choose another --run-dir")
+    source = _source_run(config)
+    obs_dim, act_dim = int(source.facts["obs_dim"]), int(source.facts["act_dim"])
+    offline_sac = source.config.sac
+    sac = OnlineSAC(_online_config(config, offline_sac, offline_sac.batch_size), obs_dim, act_dim)
+    task = get_task(source.facts["task"]) if source.facts.get("task") else None
+    ref_scores = source.facts.get("ref_scores")
+
+    # The online state: the offline agent (or a fresh one) with an empty buffer, or the checkpoint's.
+    key = jax.random.PRNGKey(config.seed)
+    state = sac.init(key)
+    member = state.agent
+    if not config.scratch:
+        member = jax.tree.map(lambda x: jnp.asarray(x[config.seed_index]), source.state.agent)
+        state = state.replace(agent=member)
+    # The anchor: the warm-start policy, frozen (a copy: the state's own buffers are donated to the updates).
+    anchor = jax.tree.map(jnp.copy, member.actor_params) if sac.core.use_bc else None
+    fixed = None
+    if sac.config.offline_rows:
+        fixed = replay.from_transitions(datasets.load(source.config.dataset, task=source.facts.get("task")).transitions)
+    robot, low, high = _robot(config, source)
+    robot.connect()
+    try:
+        low, high = _check_robot(robot, source, low, high)
+        if not resume:  # nothing is written before the robot is known to fit
+            run_dir.mkdir(parents=True, exist_ok=True)
+            write_text_atomic(run_dir / CONFIG_FILE, json.dumps(dataclasses.asdict(config) | {"run": str(source.run_dir)}, indent=1) + "\n")
+        checkpointer = Checkpointer(run_dir / "checkpoints")
+        saved = None
+        if resume and checkpointer.latest_epoch() is not None:
+            state, saved = checkpointer.restore(state)
+    except BaseException:
+        robot.disconnect()
+        raise
+    steps = saved["step"] if saved else 0
+    truncate_metrics(run_dir / METRICS_FILE, steps if steps else -1, key="step")  # step 0's record is redone
+    updates = saved["updates"] if saved else 0
+    episodes = saved["episodes"] if saved else 0
+    records = _Records(saved.get("records") if saved else None)
+    rows: list[tuple] = [tuple(np.asarray(v) for v in row) for row in saved["rows"]] if saved else []
+    pending = saved["pending"] if saved else None
+    seconds_before = saved["seconds"] if saved else 0.0
+
+    policy = OnlinePolicy(sac, state.agent.actor_params, jax.random.fold_in(key, 1), config.seed,
+                          uniform=config.scratch and steps < config.warmup)
+    policy.calls = saved["policy_calls"] if saved else 0
+    deterministic = make_policy(sac.core, deterministic=True)
+    safety = SafetyLayer(low, high, SafetyConfig(max_delta=config.max_delta, max_stale_ticks=config.max_stale_ticks,
+                                                 max_obs_age_s=config.max_obs_age))
+    loop = ControlLoop(robot, policy, safety, config.rate or None, run_dir / TICKS_FILE, append_log=resume)
+    logger = RunLogger(run_dir)
+    interrupted: list[str | None] = [None]
+    snapshot: list[dict | None] = [None]
+
+    def evaluation() -> dict | None:
+        if task is None or not config.eval_episodes:
+            return None
+        params, eval_key = state.agent.actor_params, jax.random.PRNGKey(0)
+        result = evaluate(markov(lambda obs: np.asarray(deterministic(params, jnp.asarray(obs), eval_key))), task,
+                          config.eval_episodes, config.eval_seed,
+                          *(ref_scores if ref_scores else (None, None)))
+        return {"return_mean": [result.mean], "return_std": [result.std], "normalized_score":
+                None if result.normalized_score is None else [result.normalized_score],
+                "length_mean": [float(result.lengths.mean())]}
+
+    def phase() -> str:
+        return "offline" if steps == 0 else "warmup" if steps <= config.warmup else "online"
+
+    def write_record() -> dict:
+        nonlocal records
+        record = {"step": steps, "updates": updates, "phase": phase(), "episodes": episodes,
+                  "train": {name: [value / records.chunks] for name, value in records.sums.items()} if records.chunks else {}}
+        if records.returns:
+            mean = float(np.mean(records.returns))
+            record["online"] = {"episodes": len(records.returns), "return_mean": mean,
+                                "length_mean": float(np.mean(records.lengths)),
+                                "normalized_score": float(normalized_score(mean, *ref_scores)) if ref_scores else None}
+        results = evaluation()
+        if results is not None:
+            record["eval"] = results
+            record["score_mean"] = (results["normalized_score"] or results["return_mean"])[0]
+        record["seconds"] = round(seconds_before + time.perf_counter() - started, 3)
+        logger.log(record)
+        records = _Records()
+        return record
+
+    def host_state() -> dict:
+        """What a checkpoint holds besides the arrays: counters, the rows not yet inserted, the episode in progress."""
+        episode = None
+        if loop.progress is not None:
+            episode = {"progress": dataclasses.asdict(loop.progress), "safety": safety.state(),
+                       "robot": robot.snapshot() if hasattr(robot, "snapshot") else None}
+        return {"step": steps, "updates": updates, "episodes": episodes, "policy_calls": policy.calls,
+                "records": records.state(), "rows": [[np.asarray(v).tolist() for v in row] for row in rows],
+                "pending": pending, "episode": episode, "robot": config.robot,
+                "seconds": round(seconds_before + time.perf_counter() - started, 3)}
+
+    def checkpoint(host: dict) -> None:
+        checkpointer.save(steps, jax.device_get(state), host)
+
+    def insert_chunk() -> None:
+        nonlocal state, updates, rows
+        arrays = Transitions(*[np.stack([row[i] for row in rows]).astype(dtype) for i, dtype in
+                               enumerate((np.float32, np.float32, np.float32, np.float32, bool, bool))])
+        if steps <= config.warmup:
+            state = sac.insert_only(state, arrays)
+        else:
+            hypers = dict(sac.core.hypers())
+            if sac.core.use_bc and config.anchor_final is not None:  # linear, from the warm-up's end to the run's
+                start, left = sac.config.sacn.actor_bc_coef, (config.steps - steps) / max(config.steps - config.warmup, 1)
+                hypers["actor_bc_coef"] = jnp.asarray(config.anchor_final + (start - config.anchor_final) * left, jnp.float32)
+            state, metrics = sac.insert_and_update(state, arrays, fixed, hypers, anchor)
+            updates += config.update_every * config.utd
+            records.add_chunk(metrics)
+        rows = []
+        policy.params = state.agent.actor_params
+        policy.uniform = config.scratch and steps < config.warmup
+
+    bar = Progress(config.steps, steps, f"fine-tune · {config.robot}", enabled=progress, unit="steps")
+    last_score = ["—"]
+
+    def drive(signals) -> None:
+        nonlocal steps, episodes, pending
+        if saved and saved["episode"] is not None:
+            episode = saved["episode"]
+            if episode["robot"] is not None and hasattr(robot, "restore") and saved["robot"] == config.robot:
+                robot.restore(episode["robot"])
+                safety.restore(episode["safety"])
+                loop.resume_episode(EpisodeProgress(**episode["progress"]))
+            else:  # a networked robot cannot be put back mid-episode: a new episode starts
+                pending = None
+        if steps == 0:
+            write_record()
+        while steps < config.steps:
+            if loop.progress is None:
+                loop.begin_episode(episodes, _reset_seed(config.seed, episodes))
+                pending = None
+            tick = loop.tick(signals)
+            if tick.obs is None:  # a signal, before this tick observed anything: checkpoint after the stop
+                interrupted[0] = tick.end
+                snapshot[0] = host_state()
+                return
+            if tick.fresh and pending is not None:
+                obs, action = pending
+                rows.append((np.asarray(obs, np.float32), np.asarray(action, np.float32), np.float32(tick.reward),
+                             tick.obs.values, bool(tick.obs.terminated), bool(tick.obs.truncated)))
+                steps += 1
+                if len(rows) == config.update_every:
+                    insert_chunk()
+                    bar.update(steps, f"{phase()} · {updates:,} updates · score {last_score[0]}")
+                if steps % config.eval_every == 0 or steps == config.steps:
+                    record = write_record()
+                    if "score_mean" in record:
+                        last_score[0] = f"{record['score_mean']:.1f}"
+                due = steps % config.checkpoint_period == 0 and steps < config.steps
+            else:
+                due = False
+            fresh_choice = tick.acted and tick.fresh and tick.sent is not None
+            pending = (tick.obs.values.tolist(), tick.sent.tolist()) if fresh_choice else None
+            if tick.end in ("terminated", "truncated"):
+                result = loop.finish_episode(tick.end)
+                records.returns.append(result["return"])
+                records.lengths.append(result["length"])
+                episodes += 1
+            elif tick.end is not None:  # the watchdog: checkpoint after the stop
+                interrupted[0] = tick.end
+                snapshot[0] = host_state()
+                return
+            if due:  # at the tick's end: the checkpoint holds the tick's outcome too
+                checkpoint(host_state())
+        if loop.progress is not None:
+            loop.finish_episode("max_steps")
+
+    try:
+        with bar:
+            loop.session(drive, connect=False)
+    finally:
+        logger.close()
+        if snapshot[0] is not None:
+            checkpoint(snapshot[0])  # after the robot's safe stop
+        elif interrupted[0] is None and steps >= config.steps:
+            checkpoint(host_state())
+        checkpointer.close()
+    records_all = read_metrics(run_dir / METRICS_FILE)
+    plot_learning_curve(records_all, run_dir / "learning_curve.png", f"fine-tune on {config.robot}", x_key="step",
+                        x_label="online env steps")
+    export_dir = None
+    if interrupted[0] is None:
+        export_dir = _export(source, state.agent.actor_params, run_dir, config, steps)
+    return FinetuneResult(run_dir, records_all, steps, interrupted[0], export_dir, time.perf_counter() - started)
+
+
+def _export(source, actor_params, run_dir: Path, config: FinetuneConfig, steps: int) -> Path:
+    from mbrl.export import export_policy
+    from mbrl.export_run import run_policy_spec
+
+    metadata = {"algo": source.config.algo, "finetuned": {"steps": steps, "utd": config.utd, "robot": config.robot,
+                "retain_offline_ratio": config.retain_offline_ratio, "scratch": config.scratch, "seed": config.seed},
+                "run_dir": str(source.run_dir), "train_seed": source.seeds[config.seed_index]}
+    params = jax.tree.map(np.asarray, actor_params)
+    return export_policy(run_policy_spec(source, params, run_dir.name, metadata), run_dir / "export")
+
+
+def _read_config(run_dir: Path) -> FinetuneConfig:
+    path = run_dir / CONFIG_FILE
+    if not path.is_file():
+        raise ConfigError(f"{run_dir}: not a fine-tuning run (no {CONFIG_FILE}); expected a directory written by `mbrl finetune`")
+    try:
+        data = json.loads(path.read_text())
+        return FinetuneConfig(**data)
+    except (json.JSONDecodeError, TypeError) as exc:
+        raise ConfigError(f"{path}: not a fine-tuning configuration ({exc})") from None
