@@ -143,7 +143,7 @@ def plot(summary: dict, path: Path) -> None:
         stats = [_mean_stderr(v["scores"][str(s)]) for s in x]
         mean = [m for m, _ in stats]
         err = [e for _, e in stats]
-        ax.plot(x, mean, marker="o", ms=3, lw=1.5, label=name)
+        ax.plot(x, mean, marker="o", ms=3, lw=1.5, label=f"{name} ({len(v['seeds'])} seeds)")
         ax.fill_between(x, [m - e for m, e in zip(mean, err)], [m + e for m, e in zip(mean, err)], alpha=0.2)
         if name == "WSRL":
             offline = mean[0]
@@ -153,8 +153,7 @@ def plot(summary: dict, path: Path) -> None:
     ax.axvline(summary["warmup"], color="black", lw=0.8, alpha=0.5)
     ax.set_xlabel("online env steps (warm-up left of the line)")
     ax.set_ylabel("normalized score")
-    seeds = len(summary["seeds"])
-    ax.set_title(f"fine-tuning on {summary['robot']}, UTD {summary['utd']}, {seeds} seeds, mean ± stderr", fontsize=10)
+    ax.set_title(f"fine-tuning on {summary['robot']}, UTD {summary['utd']}, mean ± stderr over seeds", fontsize=10)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
     fig.tight_layout()
