@@ -3,7 +3,8 @@ Fine-Tuning Need Not Retain Offline Data"):
 
 1. warm-up: `warmup` steps of the frozen offline policy (sampled) fill a fresh online buffer; no update;
 2. online SAC-N on the same core (`agents.sac.OnlineSAC`) at `utd` updates per new step, keeping none of the
-   offline data (`retain_offline_ratio` mixes a share of it back into every batch, for comparison).
+   offline data (`retain_offline_ratio` mixes a share of it back into every batch, for comparison). A run
+   trained with a BC anchor keeps it, towards the frozen warm-start policy (`_online_config`).
 
 Every command goes through the deploy safety layer and control loop (`envs.robots.loop.ControlLoop`): clip, rate
 limit, watchdog, safe stop; episodes start with the robot adapter's reset. A transition is stored when a tick
