@@ -139,7 +139,7 @@ def anchor_weight(config: FinetuneConfig, offline_sac) -> float:
     return 0.0 if config.scratch else float(offline_sac.actor_bc_coef)  # from scratch there is nothing to keep
 
 
-def _online_config(config: FinetuneConfig, offline_sac, batch_rows: int):
+def _online_config(config: FinetuneConfig, offline_sac):
     """Online SAC-N on the offline run's networks, without the EDAC term (WSRL's online phase is plain SAC). An
     offline run whose actor was anchored to its data (`sac.actor_bc_coef`, the quick presets) keeps an anchor of
     that weight (`anchor_weight`): to the frozen warm-start policy's deterministic actions (`--anchor-final`
@@ -151,7 +151,7 @@ def _online_config(config: FinetuneConfig, offline_sac, batch_rows: int):
     sacn = dataclasses.replace(offline_sac, actor_bc_coef=anchor_weight(config, offline_sac), eta=0.0)
     capacity = config.warmup + config.steps  # the whole run fits: nothing online is ever overwritten
     return SACConfig(sacn=sacn, buffer_capacity=capacity, warmup_steps=config.warmup, chunk_steps=config.update_every,
-                     utd=config.utd, offline_rows=real_count(batch_rows, config.retain_offline_ratio))
+                     utd=config.utd, offline_rows=real_count(offline_sac.batch_size, config.retain_offline_ratio))
 
 
 def _source_run(config: FinetuneConfig):
@@ -181,21 +181,6 @@ def _robot(config: FinetuneConfig, source):
     return robot, low, high
 
 
-def _check_robot(robot, source, low, high) -> tuple[np.ndarray, np.ndarray]:
-    """The command bounds the policy and the robot agree on; ConfigError when the dims differ."""
-    from envs.robots.protocol import RobotError
-
-    where = f"run {source.run_dir} and robot {robot.name}"
-    obs_dim, act_dim = int(source.facts["obs_dim"]), int(source.facts["act_dim"])
-    if robot.obs_dim != obs_dim or robot.act_dim != act_dim:
-        raise RobotError(f"{where}: the policy takes observations of dim {obs_dim} and gives actions of dim {act_dim}, "
-                         f"the robot has {robot.obs_dim} and {robot.act_dim}")
-    low, high = np.maximum(low, robot.action_low), np.minimum(high, robot.action_high)
-    if not np.all(low < high):
-        raise RobotError(f"{where}: the action bounds do not overlap")
-    return low, high
-
-
 class _Records:
     """The running sums behind one metrics record: update metrics per chunk, online episodes' returns."""
 
@@ -221,6 +206,7 @@ def run(config: FinetuneConfig | None, run_dir: str | Path, *, resume: bool = Fa
     checkpoint (`robot_uri`: the robot at a new address)."""
     from agents.sac import OnlineSAC, make_policy
     from envs.lockstep import markov
+    from envs.robots.connect import check_fit
     from envs.robots.loop import ControlLoop, EpisodeProgress
     from envs.robots.safety import SafetyConfig, SafetyLayer
     from envs.tasks import get_task
@@ -243,7 +229,7 @@ def run(config: FinetuneConfig | None, run_dir: str | Path, *, resume: bool = Fa
     source = _source_run(config)
     obs_dim, act_dim = int(source.facts["obs_dim"]), int(source.facts["act_dim"])
     offline_sac = source.config.sac
-    sac = OnlineSAC(_online_config(config, offline_sac, offline_sac.batch_size), obs_dim, act_dim)
+    sac = OnlineSAC(_online_config(config, offline_sac), obs_dim, act_dim)
     task = get_task(source.facts["task"]) if source.facts.get("task") else None
     ref_scores = source.facts.get("ref_scores")
 
@@ -262,7 +248,7 @@ def run(config: FinetuneConfig | None, run_dir: str | Path, *, resume: bool = Fa
     robot, low, high = _robot(config, source)
     robot.connect()
     try:
-        low, high = _check_robot(robot, source, low, high)
+        low, high = check_fit(robot, f"run {source.run_dir}", obs_dim, act_dim, low, high)
         if not resume:  # nothing is written before the robot is known to fit
             run_dir.mkdir(parents=True, exist_ok=True)
             write_text_atomic(run_dir / CONFIG_FILE, json.dumps(dataclasses.asdict(config) | {"run": str(source.run_dir)}, indent=1) + "\n")

@@ -81,7 +81,7 @@ def test_the_warm_up_makes_no_update(offline_run, uninterrupted):
 
     source = load_run(offline_run)
     config = FinetuneConfig(run=str(offline_run), robot="mujoco:Hopper-v5", **TINY)
-    sac = OnlineSAC(_online_config(config, source.config.sac, source.config.sac.batch_size), 11, 3)
+    sac = OnlineSAC(_online_config(config, source.config.sac), 11, 3)
     checkpoints = Checkpointer(uninterrupted / "checkpoints", max_to_keep=5)
     try:
         at_warmup_end, host = checkpoints.restore(sac.init(jax.random.PRNGKey(0)), 100)
@@ -116,7 +116,7 @@ def test_by_default_no_offline_row_is_ever_sampled(offline_run):
         next_obs=np.zeros((rows, 11), np.float32), terminal=np.zeros(rows, bool), timeout=np.zeros(rows, bool)), np.ones(rows, bool))
     for ratio, expected in ((0.0, 0), (0.5, 8)):
         config = FinetuneConfig(run=str(offline_run), robot="mujoco:Hopper-v5", retain_offline_ratio=ratio, **TINY)
-        sac = OnlineSAC(_online_config(config, source.config.sac, 16), 11, 3)
+        sac = OnlineSAC(_online_config(config, source.config.sac), 11, 3)  # batch 16
         assert sac.config.offline_rows == expected
         batches = sac.chunk_batches(online, offline, jax.random.PRNGKey(1), 200)
         from_offline = np.asarray(batches.obs[..., 0] != marker)

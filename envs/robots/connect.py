@@ -68,3 +68,21 @@ def make_robot(uri: str, *, obs_dim: int, action_low, action_high, obs_timeout: 
 
         return DdsRobot(prefix, obs_dim, low, high, obs_timeout=obs_timeout)
     raise ConfigError(f"--robot {uri!r}: unknown robot; expected mujoco:ENV_ID, udp://HOST:PORT or ros2:PREFIX")
+
+
+def check_fit(robot, policy: str, obs_dim: int, act_dim: int, action_low, action_high) -> tuple[np.ndarray, np.ndarray]:
+    """The command bounds a policy (`policy` names it: an export, a run) and a connected robot agree on;
+    RobotError when the dims differ or the bounds do not overlap."""
+    from envs.robots.protocol import RobotError
+
+    where = f"{policy} and robot {robot.name}"
+    if robot.obs_dim != obs_dim:
+        raise RobotError(f"{where}: the policy takes observations of dim {obs_dim}, the robot gives {robot.obs_dim}")
+    if robot.act_dim != act_dim:
+        raise RobotError(f"{where}: the policy gives actions of dim {act_dim}, the robot takes {robot.act_dim}")
+    action_low, action_high = np.asarray(action_low, np.float32), np.asarray(action_high, np.float32)
+    low, high = np.maximum(action_low, robot.action_low), np.minimum(action_high, robot.action_high)
+    if not np.all(low < high):
+        raise RobotError(f"{where}: the action bounds do not overlap (policy {action_low.tolist()}..{action_high.tolist()}, "
+                         f"robot {robot.action_low.tolist()}..{robot.action_high.tolist()})")
+    return low, high

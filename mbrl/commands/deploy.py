@@ -20,11 +20,7 @@ from typing import Annotated
 import numpy as np
 import tyro
 
-from mbrl.core.errors import ConfigError, UserError
-
-
-class DeployError(UserError):
-    """The export and the robot do not fit together."""
+from mbrl.core.errors import ConfigError
 
 
 @dataclasses.dataclass(frozen=True)
@@ -76,27 +72,13 @@ def make_robot(uri: str, args: DeployArgs, description: dict, period: float | No
                    ros2_backend=args.ros2_backend)
 
 
-def check_fit(runner, robot) -> tuple[np.ndarray, np.ndarray]:
-    """The command bounds both agree on; DeployError when the dims differ or the bounds do not overlap."""
-    where = f"export {runner.export_dir} and robot {robot.name}"
-    if robot.obs_dim != runner.obs_dim:
-        raise DeployError(f"{where}: the policy takes observations of dim {runner.obs_dim}, the robot gives {robot.obs_dim}")
-    if robot.act_dim != runner.act_dim:
-        raise DeployError(f"{where}: the policy gives actions of dim {runner.act_dim}, the robot takes {robot.act_dim}")
-    low = np.maximum(runner.action_low, robot.action_low)
-    high = np.minimum(runner.action_high, robot.action_high)
-    if not np.all(low < high):
-        raise DeployError(f"{where}: the action bounds do not overlap (policy {runner.action_low.tolist()}..{runner.action_high.tolist()}, "
-                          f"robot {robot.action_low.tolist()}..{robot.action_high.tolist()})")
-    return low, high
-
-
 def _default_log(export: Path, uri: str) -> Path:
     stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
     return export / "deploy" / f"{re.sub(r'[^A-Za-z0-9.-]+', '_', uri)}-{stamp}.jsonl"
 
 
 def deploy(args: DeployArgs) -> int:
+    from envs.robots.connect import check_fit
     from envs.robots.loop import ControlLoop
     from envs.robots.runner import PolicyRunner, RewardFeed
     from envs.robots.safety import SafetyConfig, SafetyLayer
@@ -115,7 +97,8 @@ def deploy(args: DeployArgs) -> int:
         robot = RewardFeed(robot, runner)
     robot.connect()
     try:
-        low, high = check_fit(runner, robot)
+        low, high = check_fit(robot, f"export {runner.export_dir}", runner.obs_dim, runner.act_dim, runner.action_low,
+                              runner.action_high)
     except BaseException:
         robot.disconnect()
         raise
