@@ -7,6 +7,7 @@ The critic ensemble is a single `Critic` module whose parameters carry a leading
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
 import flax.linen as nn
@@ -19,20 +20,48 @@ import jax.numpy as jnp
 LOG_STD_MIN = -5.0
 LOG_STD_MAX = 2.0
 
+# Initializations of the Dense layers: "flax" (lecun_normal kernels, zero biases), "torch" (PyTorch nn.Linear:
+# kernel and bias U(-1/sqrt(fan_in), 1/sqrt(fan_in))) and "edac" (CORL's EDAC networks: nn.Linear kernels,
+# biases 0.1, the output layer U(-b, b) with b = `MLP.edac_out_bound`).
+INITS = ("flax", "edac", "torch")
+
+
+def _uniform(bound: float):
+    def init(key, shape, dtype=jnp.float32):
+        return jax.random.uniform(key, shape, dtype, -bound, bound)
+
+    return init
+
+
+def dense_init(init: str, fan_in: int, out_bound: float | None = None) -> dict:
+    """`kernel_init`/`bias_init` for a Dense layer with `fan_in` inputs; `out_bound` marks EDAC's output layer."""
+    if init == "flax":
+        return {}  # Flax's own defaults, so the default program is unchanged
+    bound = 1.0 / math.sqrt(fan_in)
+    if init == "torch":
+        return {"kernel_init": _uniform(bound), "bias_init": _uniform(bound)}
+    if init == "edac":
+        if out_bound is not None:
+            return {"kernel_init": _uniform(out_bound), "bias_init": _uniform(out_bound)}
+        return {"kernel_init": _uniform(bound), "bias_init": nn.initializers.constant(0.1)}
+    raise ValueError(f"init: expected one of {INITS}, found {init!r}")
+
 
 class MLP(nn.Module):
     hidden_sizes: Sequence[int]
     out_dim: int
     layer_norm: bool = False  # LayerNorm after each hidden Dense, before the ReLU
+    init_scheme: str = "flax"  # one of INITS (not `init`, which is Module.init)
+    edac_out_bound: float = 3e-3  # EDAC's bound on the output layer: 3e-3 for a critic, 1e-3 for the actor
 
     @nn.compact
     def __call__(self, x):
         for size in self.hidden_sizes:
-            x = nn.Dense(size)(x)
+            x = nn.Dense(size, **dense_init(self.init_scheme, x.shape[-1]))(x)
             if self.layer_norm:
                 x = nn.LayerNorm()(x)
             x = nn.relu(x)
-        return nn.Dense(self.out_dim)(x)
+        return nn.Dense(self.out_dim, **dense_init(self.init_scheme, x.shape[-1], self.edac_out_bound))(x)
 
 
 class TanhGaussianActor(nn.Module):
@@ -40,23 +69,33 @@ class TanhGaussianActor(nn.Module):
 
     hidden_sizes: Sequence[int]
     act_dim: int
+    init_scheme: str = "flax"  # one of INITS
 
     @nn.compact
     def __call__(self, obs):
-        out = MLP(self.hidden_sizes, 2 * self.act_dim)(obs)
+        # One Dense head of mean and log_std (exported policies and checkpoints rely on this structure); its
+        # elementwise initializers are those of EDAC's separate mu and log_sigma heads.
+        out = MLP(self.hidden_sizes, 2 * self.act_dim, init_scheme=self.init_scheme, edac_out_bound=1e-3)(obs)
         mean, log_std = jnp.split(out, 2, axis=-1)
         return mean, jnp.clip(log_std, LOG_STD_MIN, LOG_STD_MAX)
 
 
-def sample_tanh_gaussian(mean, log_std, key):
-    """A reparameterised sample and its log-probability under the tanh-squashed Gaussian."""
+def sample_tanh_gaussian(mean, log_std, key, epsilon: float = 0.0):
+    """A reparameterised sample and its log-probability under the tanh-squashed Gaussian.
+
+    `epsilon` (static): 0 is the exact correction; > 0 is log(1 - tanh(u)^2 + epsilon), the references' form,
+    which caps the correction at log(epsilon) per dimension where float32 tanh saturates.
+    """
     std = jnp.exp(log_std)
     noise = jax.random.normal(key, mean.shape, mean.dtype)
     pre_tanh = mean + std * noise
     action = jnp.tanh(pre_tanh)
     gaussian_logp = jnp.sum(-0.5 * noise**2 - log_std - 0.5 * jnp.log(2 * jnp.pi), axis=-1)
-    # log(1 - tanh(x)^2) = 2 (log 2 - x - softplus(-2x)), numerically stable (SpinningUp's form).
-    correction = jnp.sum(2.0 * (jnp.log(2.0) - pre_tanh - jax.nn.softplus(-2.0 * pre_tanh)), axis=-1)
+    if epsilon > 0:
+        correction = jnp.sum(jnp.log(1.0 - action**2 + epsilon), axis=-1)
+    else:
+        # log(1 - tanh(x)^2) = 2 (log 2 - x - softplus(-2x)), numerically stable (SpinningUp's form).
+        correction = jnp.sum(2.0 * (jnp.log(2.0) - pre_tanh - jax.nn.softplus(-2.0 * pre_tanh)), axis=-1)
     return action, gaussian_logp - correction
 
 
@@ -79,17 +118,19 @@ class Critic(nn.Module):
 
     hidden_sizes: Sequence[int]
     layer_norm: bool = False
+    init_scheme: str = "flax"  # one of INITS
 
     @nn.compact
     def __call__(self, obs, action):
-        return MLP(self.hidden_sizes, 1, self.layer_norm)(jnp.concatenate([obs, action], axis=-1))[..., 0]
+        mlp = MLP(self.hidden_sizes, 1, self.layer_norm, init_scheme=self.init_scheme, edac_out_bound=3e-3)
+        return mlp(jnp.concatenate([obs, action], axis=-1))[..., 0]
 
 
 class CriticEnsemble:
     """N critics as one batched network: parameters with a leading member axis of size N."""
 
-    def __init__(self, hidden_sizes: Sequence[int], num_members: int, layer_norm: bool = False):
-        self.member = Critic(tuple(hidden_sizes), layer_norm)
+    def __init__(self, hidden_sizes: Sequence[int], num_members: int, layer_norm: bool = False, init_scheme: str = "flax"):
+        self.member = Critic(tuple(hidden_sizes), layer_norm, init_scheme)
         self.num_members = num_members
 
     def init(self, key, obs, action):

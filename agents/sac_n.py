@@ -24,9 +24,12 @@ import optax
 from flax import struct
 
 from agents.base import scan_updates
-from agents.networks import CriticEnsemble, TanhGaussianActor, anchor_error, sample_tanh_gaussian
+from agents.networks import INITS, CriticEnsemble, TanhGaussianActor, anchor_error, sample_tanh_gaussian
 from mbrl.core.errors import ConfigError
 from mbrl.core.types import Transitions
+
+
+UPDATE_ORDERS = ("critic_actor_alpha", "alpha_actor_critic")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -51,6 +54,15 @@ class SACNConfig:
     # term is multiplied by the batch's mean |Q| so the weight means the same at any reward scale;
     # TD3+BC's alpha 2.5 is 1/2.5 = 0.4 here. 0 disables it.
     actor_bc_coef: float = 0.0
+    # Static options (they change the program, so they are not in SAC_HYPERS), for matching reference code.
+    # "alpha_actor_critic": edge-of-reach agent_training/agent.py Agent.update (temperature, actor, critic).
+    update_order: str = "critic_actor_alpha"
+    # "edac": edge-of-reach agent_training/agent.py Actor/VectorizedCritic; "torch": OfflineRL-Kit nn.Linear.
+    init: str = "flax"
+    # log(1 - tanh(u)^2 + eps) as edge-of-reach Actor.forward / OfflineRL-Kit TanhNormalWrapper (1e-6); 0: exact.
+    logp_epsilon: float = 0.0
+    # alpha = min(exp(log_alpha), alpha_max), as OfflineRL-Kit policy/model_free/sac.py (1.0); None: no clamp.
+    alpha_max: float | None = None
 
     def __post_init__(self):
         for name in ("num_critics", "batch_size"):
@@ -72,6 +84,14 @@ class SACNConfig:
             raise ConfigError(f"sac.eta: expected a value >= 0, found {self.eta}")
         if self.eta > 0 and self.num_critics < 2:
             raise ConfigError(f"sac.eta: the EDAC term (eta={self.eta}) needs sac.num_critics >= 2, found {self.num_critics}")
+        if self.update_order not in UPDATE_ORDERS:
+            raise ConfigError(f"sac.update_order: expected one of {UPDATE_ORDERS}, found {self.update_order!r}")
+        if self.init not in INITS:
+            raise ConfigError(f"sac.init: expected one of {INITS}, found {self.init!r}")
+        if not self.logp_epsilon >= 0:
+            raise ConfigError(f"sac.logp_epsilon: expected a value >= 0, found {self.logp_epsilon}")
+        if self.alpha_max is not None and not self.alpha_max > 0:
+            raise ConfigError(f"sac.alpha_max: expected a value > 0 or None, found {self.alpha_max}")
 
     def hypers(self) -> dict[str, jax.Array]:
         """The values `SACN` reads as traced data (`SAC_HYPERS`)."""
@@ -119,8 +139,8 @@ class SACN:
         self.act_dim = act_dim
         self.use_edac = config.eta > 0
         self.use_bc = config.actor_bc_coef > 0
-        self.actor = TanhGaussianActor(tuple(config.hidden_sizes), act_dim)
-        self.critic = CriticEnsemble(config.hidden_sizes, config.num_critics, config.critic_layer_norm)
+        self.actor = TanhGaussianActor(tuple(config.hidden_sizes), act_dim, config.init)
+        self.critic = CriticEnsemble(config.hidden_sizes, config.num_critics, config.critic_layer_norm, config.init)
         # Adam's direction only: the learning rate is traced data (`hypers`), applied in `_step`.
         self.tx = optax.scale_by_adam()
         self.target_entropy = float(-act_dim if config.target_entropy is None else config.target_entropy)
@@ -131,6 +151,11 @@ class SACN:
     def _step(self, params, grads, opt_state, lr):
         direction, opt_state = self.tx.update(grads, opt_state)
         return jax.tree.map(lambda p, d: p - lr * d, params, direction), opt_state
+
+    def alpha(self, log_alpha):
+        """The temperature every loss uses: exp(log_alpha), at most `alpha_max` (log_alpha itself is not clamped)."""
+        alpha = jnp.exp(log_alpha)
+        return alpha if self.config.alpha_max is None else jnp.minimum(alpha, self.config.alpha_max)
 
     # ----------------------------------------------------------------- init / act
 
@@ -163,7 +188,7 @@ class SACN:
 
     def sample(self, actor_params, obs, key):
         mean, log_std = self.actor.apply(actor_params, obs)
-        return sample_tanh_gaussian(mean, log_std, key)
+        return sample_tanh_gaussian(mean, log_std, key, self.config.logp_epsilon)
 
     # ----------------------------------------------------------------- losses
 
@@ -172,7 +197,7 @@ class SACN:
         hypers = self.hypers() if hypers is None else hypers
         next_action, next_logp = self.sample(state.actor_params, batch.next_obs, key)
         next_q = self.critic.apply(state.target_critic_params, batch.next_obs, next_action)
-        alpha = jnp.exp(state.log_alpha)
+        alpha = self.alpha(state.log_alpha)
         next_v = jnp.min(next_q, axis=0) - alpha * next_logp
         not_done = 1.0 - batch.terminal.astype(jnp.float32)
         target = jax.lax.stop_gradient(batch.reward + hypers["gamma"] * not_done * next_v)
@@ -200,9 +225,9 @@ class SACN:
         of the batch's actions on its leading `bc_rows` (fine-tuning's anchor to the warm-start policy)."""
         hypers = self.hypers() if hypers is None else hypers
         mean, log_std = self.actor.apply(actor_params, batch.obs)
-        action, logp = sample_tanh_gaussian(mean, log_std, key)
+        action, logp = sample_tanh_gaussian(mean, log_std, key, self.config.logp_epsilon)
         q = jnp.min(self.critic.apply(critic_params, batch.obs, action), axis=0)
-        alpha = jnp.exp(log_alpha)
+        alpha = self.alpha(log_alpha)
         loss = jnp.mean(alpha * logp - q)
         extra = {}
         if self.use_bc:
@@ -223,25 +248,45 @@ class SACN:
 
     def update(self, state: SACNState, batch: Transitions, key: jax.Array, hypers: dict | None = None,
                anchor_params=None) -> tuple[SACNState, dict]:
-        """One gradient step on critics, actor and temperature, then a Polyak target update."""
+        """One gradient step on critics, actor and temperature in `config.update_order`, then a Polyak target update.
+
+        "critic_actor_alpha": the actor steps against the updated critics, the temperature on the actor loss's
+        log-probs. "alpha_actor_critic": the temperature steps on a sample of the current actor, the actor against
+        the current critics with the new temperature, the critics towards a target from the updated actor.
+        """
         hypers = self.hypers() if hypers is None else hypers
-        critic_key, actor_key = jax.random.split(key)
 
-        (_, critic_metrics), critic_grads = jax.value_and_grad(self.critic_loss, has_aux=True)(
-            state.critic_params, state, batch, critic_key, hypers
-        )
-        critic_params, critic_opt_state = self._step(state.critic_params, critic_grads, state.critic_opt_state,
-                                                     hypers["critic_lr"])
+        def critic_step(actor_params, log_alpha, key):
+            (_, metrics), grads = jax.value_and_grad(self.critic_loss, has_aux=True)(
+                state.critic_params, state.replace(actor_params=actor_params, log_alpha=log_alpha), batch, key, hypers
+            )
+            params, opt_state = self._step(state.critic_params, grads, state.critic_opt_state, hypers["critic_lr"])
+            return params, opt_state, metrics
 
-        (actor_loss, (logp, actor_metrics)), actor_grads = jax.value_and_grad(self.actor_loss, has_aux=True)(
-            state.actor_params, critic_params, state.log_alpha, batch, actor_key, hypers, anchor_params
-        )
-        actor_params, actor_opt_state = self._step(state.actor_params, actor_grads, state.actor_opt_state,
-                                                   hypers["actor_lr"])
+        def actor_step(critic_params, log_alpha, key):
+            (loss, (logp, metrics)), grads = jax.value_and_grad(self.actor_loss, has_aux=True)(
+                state.actor_params, critic_params, log_alpha, batch, key, hypers, anchor_params
+            )
+            params, opt_state = self._step(state.actor_params, grads, state.actor_opt_state, hypers["actor_lr"])
+            return params, opt_state, loss, logp, metrics
 
-        entropy_gap = jax.lax.stop_gradient(jnp.mean(logp) + self.target_entropy)
-        alpha_grad = -entropy_gap  # d/dlog_alpha of -log_alpha * (logp + target_entropy)
-        log_alpha, alpha_opt_state = self._step(state.log_alpha, alpha_grad, state.alpha_opt_state, hypers["alpha_lr"])
+        def alpha_step(logp):
+            entropy_gap = jax.lax.stop_gradient(jnp.mean(logp) + self.target_entropy)
+            alpha_grad = -entropy_gap  # d/dlog_alpha of -log_alpha * (logp + target_entropy)
+            return self._step(state.log_alpha, alpha_grad, state.alpha_opt_state, hypers["alpha_lr"])
+
+        if self.config.update_order == "critic_actor_alpha":
+            critic_key, actor_key = jax.random.split(key)
+            critic_params, critic_opt_state, critic_metrics = critic_step(state.actor_params, state.log_alpha, critic_key)
+            actor_params, actor_opt_state, actor_loss, logp, actor_metrics = actor_step(critic_params, state.log_alpha,
+                                                                                        actor_key)
+            log_alpha, alpha_opt_state = alpha_step(logp)
+        else:  # "alpha_actor_critic"
+            critic_key, actor_key, alpha_key = jax.random.split(key, 3)
+            log_alpha, alpha_opt_state = alpha_step(self.sample(state.actor_params, batch.obs, alpha_key)[1])
+            actor_params, actor_opt_state, actor_loss, logp, actor_metrics = actor_step(state.critic_params, log_alpha,
+                                                                                        actor_key)
+            critic_params, critic_opt_state, critic_metrics = critic_step(actor_params, log_alpha, critic_key)
 
         target_critic_params = optax.incremental_update(critic_params, state.target_critic_params, hypers["tau"])
         new_state = SACNState(
@@ -254,7 +299,7 @@ class SACN:
             alpha_opt_state=alpha_opt_state,
             step=state.step + 1,
         )
-        metrics = dict(critic_metrics, **actor_metrics, actor_loss=actor_loss, alpha=jnp.exp(log_alpha),
+        metrics = dict(critic_metrics, **actor_metrics, actor_loss=actor_loss, alpha=self.alpha(log_alpha),
                        entropy=-jnp.mean(logp))
         return new_state, metrics
 

@@ -451,6 +451,10 @@ _SAC_HELP = {
     "critic_layer_norm": "LayerNorm in each critic's hidden layers",
     "actor_bc_coef": "weight of a BC term on the real rows in the actor loss, times the batch's mean |Q| "
     "(TD3+BC's ratio: its alpha 2.5 is 0.4 here; 0: off)",
+    "update_order": "critic_actor_alpha, or alpha_actor_critic as edge-of-reach's agent.py",
+    "init": "flax (Flax defaults), edac (CORL/edge-of-reach: bias 0.1, small last layers) or torch (nn.Linear's)",
+    "logp_epsilon": "0: exact tanh log-probability; > 0: log(1 - tanh^2 + eps) as the references (1e-6)",
+    "alpha_max": "clamp the temperature to at most this (OfflineRL-Kit: 1.0); empty: no clamp",
 }
 
 

@@ -6,6 +6,7 @@ import gymnasium as gym
 import jax
 import jax.numpy as jnp
 import numpy as np
+import optax
 import pytest
 
 from agents.networks import sample_tanh_gaussian
@@ -306,3 +307,203 @@ def test_an_anchor_actor_holds_the_policy_to_its_own_actions_on_every_row():
     gap = {name: float(np.mean(np.abs(np.asarray(core.act(s.actor_params, batch.obs, None, True)) - anchored_action)))
            for name, s in (("anchored", anchored), ("free", free))}
     assert gap["anchored"] < 0.05 < gap["free"]
+
+
+# ----------------------------------------------------------------- reference options (edge-of-reach, OfflineRL-Kit)
+
+
+def dense_layers(params) -> list[tuple[np.ndarray, np.ndarray]]:
+    """(kernel, bias) of each Dense layer of an actor or critic ensemble (member axis kept), in order."""
+    dense = params["params"]["MLP_0"]
+    names = sorted((n for n in dense if n.startswith("Dense_")), key=lambda n: int(n.split("_")[1]))
+    return [(np.asarray(dense[n]["kernel"]), np.asarray(dense[n]["bias"])) for n in names]
+
+
+def test_edac_and_torch_inits_have_the_reference_statistics():
+    hidden = (64, 64)
+    params = {}
+    for init in ("flax", "edac", "torch"):
+        core = SACN(SACNConfig(num_critics=3, hidden_sizes=hidden, init=init), OBS, ACT)
+        state = core.init(jax.random.PRNGKey(0))
+        params[init] = (state.actor_params, state.critic_params)
+    # The parameter structure (and so checkpoints and exported policies) does not depend on the init.
+    for init in ("edac", "torch"):
+        assert jax.tree.structure(params[init]) == jax.tree.structure(params["flax"])
+        assert [x.shape for x in jax.tree.leaves(params[init])] == [x.shape for x in jax.tree.leaves(params["flax"])]
+
+    for net, out_bound in zip(params["edac"], (1e-3, 3e-3)):  # actor, critics
+        layers = dense_layers(net)
+        for kernel, bias in layers[:-1]:
+            bound = 1.0 / np.sqrt(kernel.shape[-2])
+            np.testing.assert_array_equal(bias, np.float32(0.1))
+            assert np.max(np.abs(kernel)) <= bound
+            np.testing.assert_allclose(np.std(kernel), bound / np.sqrt(3.0), rtol=0.1)
+        kernel, bias = layers[-1]
+        assert np.max(np.abs(bias)) <= out_bound
+        assert out_bound >= np.max(np.abs(kernel)) > 0.9 * out_bound  # drawn from the whole range
+    members = dense_layers(params["edac"][1])[0][0]
+    assert not np.allclose(members[0], members[1])  # each critic its own draw
+
+    for net in params["torch"]:
+        scaled_biases = []
+        for kernel, bias in dense_layers(net):
+            bound = 1.0 / np.sqrt(kernel.shape[-2])
+            assert np.max(np.abs(kernel)) <= bound and np.max(np.abs(bias)) <= bound
+            np.testing.assert_allclose(np.std(kernel), bound / np.sqrt(3.0), rtol=0.2)
+            scaled_biases.append(bias.ravel() / bound)
+        # Drawn from U(-1/sqrt(fan_in), 1/sqrt(fan_in)), not constant (pooled: the output layers hold few).
+        np.testing.assert_allclose(np.std(np.concatenate(scaled_biases)), 1.0 / np.sqrt(3.0), rtol=0.2)
+
+
+def reference_update(core: SACN, state, batch, key, order: str):
+    """One update composed step by step from the core's losses and optax, in `order` (edge-of-reach's
+    agent.py Agent.update for "alpha_actor_critic"), with the keys `SACN.update` draws."""
+    cfg, hypers = core.config, core.hypers()
+    adam = optax.scale_by_adam()
+
+    def step(params, grads, opt_state, lr):
+        direction, opt_state = adam.update(grads, opt_state)
+        return optax.apply_updates(params, jax.tree.map(lambda d: -lr * d, direction)), opt_state
+
+    def critic(actor_params, log_alpha, key):
+        grads = jax.grad(lambda p: core.critic_loss(p, state.replace(actor_params=actor_params, log_alpha=log_alpha),
+                                                    batch, key)[0])(state.critic_params)
+        return step(state.critic_params, grads, state.critic_opt_state, cfg.critic_lr)
+
+    def actor(critic_params, log_alpha, key):
+        grads = jax.grad(lambda p: core.actor_loss(p, critic_params, log_alpha, batch, key)[0])(state.actor_params)
+        logp = core.actor_loss(state.actor_params, critic_params, log_alpha, batch, key)[1][0]
+        return (*step(state.actor_params, grads, state.actor_opt_state, cfg.actor_lr), logp)
+
+    def temperature(logp):
+        grad = jax.grad(lambda a: -a * (jnp.mean(logp) + core.target_entropy))(state.log_alpha)
+        return step(state.log_alpha, grad, state.alpha_opt_state, cfg.alpha_lr)
+
+    if order == "critic_actor_alpha":
+        critic_key, actor_key = jax.random.split(key)
+        critic_params, critic_opt = critic(state.actor_params, state.log_alpha, critic_key)
+        actor_params, actor_opt, logp = actor(critic_params, state.log_alpha, actor_key)
+        log_alpha, alpha_opt = temperature(logp)
+    else:
+        critic_key, actor_key, alpha_key = jax.random.split(key, 3)
+        mean, log_std = core.actor.apply(state.actor_params, batch.obs)  # the pre-update actor
+        log_alpha, alpha_opt = temperature(sample_tanh_gaussian(mean, log_std, alpha_key, cfg.logp_epsilon)[1])
+        actor_params, actor_opt, logp = actor(state.critic_params, log_alpha, actor_key)
+        critic_params, critic_opt = critic(actor_params, log_alpha, critic_key)
+    target = jax.tree.map(lambda c, t: hypers["tau"] * c + (1 - hypers["tau"]) * t, critic_params,
+                          state.target_critic_params)
+    new_state = state.replace(actor_params=actor_params, critic_params=critic_params, target_critic_params=target,
+                              log_alpha=log_alpha, actor_opt_state=actor_opt, critic_opt_state=critic_opt,
+                              alpha_opt_state=alpha_opt, step=state.step + 1)
+    return new_state, -jnp.mean(logp)
+
+
+def _max_gap(a, b) -> float:
+    return max(float(np.max(np.abs(np.asarray(x) - np.asarray(y)))) for x, y in zip(jax.tree.leaves(a), jax.tree.leaves(b)))
+
+
+@pytest.mark.parametrize("order", ["critic_actor_alpha", "alpha_actor_critic"])
+def test_update_equals_a_step_by_step_composition_in_its_order(order):
+    """Large learning rates and a state a few updates in (Adam's moments no longer zero), so that using the old
+    temperature, actor or critics where the order wants the new ones moves the result well beyond the tolerance."""
+    other = "alpha_actor_critic" if order == "critic_actor_alpha" else "critic_actor_alpha"
+    cfg = SACNConfig(num_critics=3, hidden_sizes=(16, 16), eta=0.7, batch_size=BATCH, actor_lr=3e-2, critic_lr=3e-2,
+                     alpha_lr=0.3, logp_epsilon=1e-6 if order == "alpha_actor_critic" else 0.0, update_order=order)
+    core = SACN(cfg, OBS, ACT)
+    warm = jax.tree.map(lambda *xs: jnp.stack(xs), *[random_batch(20 + k) for k in range(3)])
+    state, _ = jax.jit(core.update_many)(core.init(jax.random.PRNGKey(0)), warm, jax.random.PRNGKey(4))
+    batch, key = random_batch(30), jax.random.PRNGKey(6)
+
+    new_state, metrics = jax.jit(core.update)(state, batch, key)
+    expected, entropy = reference_update(core, state, batch, key, order)
+    for a, b in zip(jax.tree.leaves(new_state), jax.tree.leaves(expected)):
+        np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(float(metrics["entropy"]), float(entropy), rtol=1e-5)
+    np.testing.assert_allclose(float(metrics["alpha"]), float(np.exp(expected.log_alpha)), rtol=1e-6)
+
+    wrong, _ = reference_update(core, state, batch, key, other)
+    for name in ("actor_params", "critic_params"):
+        assert _max_gap(getattr(new_state, name), getattr(wrong, name)) > 1e-3, name
+
+
+def test_saturated_log_prob_with_the_references_epsilon():
+    mean = jnp.array([[20.0, -20.0], [20.0, 20.0]])
+    log_std = jnp.full_like(mean, -5.0)
+    key = jax.random.PRNGKey(0)
+    noise = np.asarray(jax.random.normal(key, mean.shape), np.float64)
+    u = np.asarray(mean, np.float64) + np.exp(-5.0) * noise
+    gaussian = np.sum(-0.5 * noise**2 + 5.0 - 0.5 * np.log(2 * np.pi), axis=-1)
+    _, logp_eps = sample_tanh_gaussian(mean, log_std, key, 1e-6)
+    _, logp_exact = sample_tanh_gaussian(mean, log_std, key)
+    # float32 tanh(20) is 1: each dimension's correction is log(1e-6); the exact form is 2 (log 2 - |u|).
+    np.testing.assert_allclose(gaussian - np.asarray(logp_eps), ACT * np.log(1e-6), rtol=1e-5)
+    np.testing.assert_allclose(gaussian - np.asarray(logp_exact), np.sum(2 * (np.log(2) - np.abs(u)), axis=-1), rtol=1e-5)
+
+    mean = jnp.array([[0.5, -1.0], [2.0, -2.0], [0.0, 1.5], [-2.3, 2.3]])
+    log_std = jnp.full_like(mean, -2.0)
+    _, logp_eps = sample_tanh_gaussian(mean, log_std, key, 1e-6)
+    _, logp_exact = sample_tanh_gaussian(mean, log_std, key)
+    u = np.asarray(mean) + np.exp(-2.0) * np.asarray(jax.random.normal(key, mean.shape))
+    assert np.max(np.abs(u)) < 3.0
+    np.testing.assert_allclose(np.asarray(logp_eps), np.asarray(logp_exact), atol=1e-3)
+
+
+def test_logp_epsilon_reaches_every_log_prob_of_the_core():
+    """An actor scaled up until tanh saturates: the actor loss's and the TD target's log-probs (and the temperature's,
+    via the order test) are the epsilon form's, which differs there from the exact form by far."""
+    core = SACN(SACNConfig(hidden_sizes=(16, 16), batch_size=BATCH, logp_epsilon=1e-6), OBS, ACT)
+    state = core.init(jax.random.PRNGKey(3))
+    state = state.replace(actor_params=jax.tree.map(lambda x: 30.0 * x, state.actor_params), log_alpha=jnp.log(0.5))
+    batch, key = random_batch(9), jax.random.PRNGKey(8)
+    mean, log_std = core.actor.apply(state.actor_params, batch.obs)
+    eps_logp = np.asarray(sample_tanh_gaussian(mean, log_std, key, 1e-6)[1])
+    exact_logp = np.asarray(sample_tanh_gaussian(mean, log_std, key)[1])
+    assert np.max(np.abs(eps_logp - exact_logp)) > 1.0
+
+    _, (logp, _) = core.actor_loss(state.actor_params, state.critic_params, state.log_alpha, batch, key)
+    np.testing.assert_allclose(np.asarray(logp), eps_logp, rtol=1e-6)
+
+    _, metrics = core.critic_loss(state.critic_params, state, batch, key)
+    next_mean, next_log_std = core.actor.apply(state.actor_params, batch.next_obs)
+    next_action, next_logp = sample_tanh_gaussian(next_mean, next_log_std, key, 1e-6)
+    next_q = np.asarray(core.critic.apply(state.target_critic_params, batch.next_obs, next_action)).min(axis=0)
+    not_done = 1.0 - np.asarray(batch.terminal, np.float32)
+    target = np.asarray(batch.reward) + core.config.gamma * not_done * (next_q - 0.5 * np.asarray(next_logp))
+    np.testing.assert_allclose(float(metrics["target_mean"]), float(np.mean(target)), rtol=1e-5)
+
+    # The temperature's sample ("alpha_actor_critic" draws it from the pre-update actor with the third key): an
+    # entropy target between the two forms' mean log-probs makes Adam's first step lower log_alpha only if the
+    # step sees the epsilon form.
+    alpha_key = jax.random.split(key, 3)[2]
+    eps_mean = float(np.mean(sample_tanh_gaussian(mean, log_std, alpha_key, 1e-6)[1]))
+    exact_mean = float(np.mean(sample_tanh_gaussian(mean, log_std, alpha_key)[1]))
+    assert exact_mean - eps_mean > 1.0
+    ordered = SACN(SACNConfig(hidden_sizes=(16, 16), batch_size=BATCH, logp_epsilon=1e-6, update_order="alpha_actor_critic",
+                              target_entropy=-(eps_mean + exact_mean) / 2), OBS, ACT)
+    new_state, _ = ordered.update(state, batch, key)
+    assert float(new_state.log_alpha) < float(state.log_alpha)
+
+
+def test_alpha_max_clamps_the_temperature_but_not_log_alpha():
+    clamped = SACN(SACNConfig(hidden_sizes=(16, 16), batch_size=BATCH, alpha_max=1.0), OBS, ACT)
+    free = SACN(SACNConfig(hidden_sizes=(16, 16), batch_size=BATCH), OBS, ACT)
+    state = clamped.init(jax.random.PRNGKey(2)).replace(log_alpha=jnp.log(jnp.float32(3.0)))
+    batch, key = random_batch(4), jax.random.PRNGKey(5)
+    action, logp = clamped.sample(state.actor_params, batch.obs, key)
+    q = np.asarray(clamped.critic.apply(state.critic_params, batch.obs, action)).min(axis=0)
+    losses = {}
+    for name, core in (("clamped", clamped), ("free", free)):
+        losses[name] = float(core.actor_loss(state.actor_params, state.critic_params, state.log_alpha, batch, key)[0])
+    np.testing.assert_allclose(losses["clamped"], np.mean(1.0 * np.asarray(logp) - q), rtol=1e-5)
+    np.testing.assert_allclose(losses["free"], np.mean(3.0 * np.asarray(logp) - q), rtol=1e-5)
+
+    new_state, metrics = jax.jit(clamped.update)(state, batch, key)
+    assert float(metrics["alpha"]) == 1.0
+    assert abs(float(new_state.log_alpha) - np.log(3.0)) < 1e-2  # one small Adam step from log 3, unclamped
+
+
+@pytest.mark.parametrize("field, value", [("update_order", "actor_first"), ("init", "xavier"),
+                                          ("logp_epsilon", -1e-6), ("alpha_max", 0.0)])
+def test_bad_reference_options_raise_a_config_error_naming_the_field(field, value):
+    with pytest.raises(ConfigError, match=rf"^sac\.{field}: expected"):
+        SACNConfig(**{field: value})
