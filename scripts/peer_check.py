@@ -140,8 +140,7 @@ class Setting:
         p = self.probe
         mean, log_std = (np.asarray(x, np.float64) for x in policy_stats(p["observations"]))
         pre = mean + np.exp(log_std) * self.noise
-        gauss = np.sum(-0.5 * self.noise**2 - log_std - 0.5 * np.log(2 * np.pi), axis=-1)
-        exact = np.sum(2.0 * (np.log(2.0) - pre - np.logaddexp(0.0, -2.0 * pre)), axis=-1)
+        gauss, exact = gaussian_logp_and_correction(self.noise, log_std, pre)
         squashed32 = np.tanh(pre.astype(np.float32))
         eps_form = np.sum(np.log(1.0 - squashed32**2 + np.float32(LOGP_EPS)), axis=-1).astype(np.float64)
         action = np.tanh(pre).astype(np.float32)
@@ -149,8 +148,8 @@ class Setting:
 
         next_mean, next_log_std = (np.asarray(x, np.float64) for x in policy_stats(p["next_observations"]))
         next_pre = next_mean + np.exp(next_log_std) * self.next_noise
-        next_logp = (np.sum(-0.5 * self.next_noise**2 - next_log_std - 0.5 * np.log(2 * np.pi), axis=-1)
-                     - np.sum(2.0 * (np.log(2.0) - next_pre - np.logaddexp(0.0, -2.0 * next_pre)), axis=-1))
+        next_gauss, next_correction = gaussian_logp_and_correction(self.next_noise, next_log_std, next_pre)
+        next_logp = next_gauss - next_correction
         next_q = np.asarray(q_values(p["next_observations"], np.tanh(next_pre).astype(np.float32), True), np.float64)
         target = p["rewards"] + GAMMA * (1.0 - p["terminals"]) * (next_q.min(0) - alpha * next_logp)
         data_q = np.asarray(q_values(p["observations"], p["actions"], False), np.float64)
@@ -166,6 +165,14 @@ class Setting:
         if diversity is not None:
             out["edac_diversity"] = float(diversity(p["observations"], p["actions"]))
         return out
+
+
+def gaussian_logp_and_correction(noise, log_std, pre_tanh):
+    """The tanh-Gaussian log-probability's two sums in float64: log N(pre_tanh) and the exact log(1 - tanh²)
+    (`agents.networks.sample_tanh_gaussian`'s stable form, here in numpy for either side's outputs)."""
+    gauss = np.sum(-0.5 * noise**2 - log_std - 0.5 * np.log(2 * np.pi), axis=-1)
+    correction = np.sum(2.0 * (np.log(2.0) - pre_tanh - np.logaddexp(0.0, -2.0 * pre_tanh)), axis=-1)
+    return gauss, correction
 
 
 def emit(record: dict, out: Path | None):
@@ -185,7 +192,6 @@ def means(records: list[dict]) -> dict:
 
 def ours(setting: Setting, args, overrides: dict):
     import jax
-    import jax.numpy as jnp
 
     from agents.sac_n import edac_diversity
     from mbrl import config as config_io
@@ -211,7 +217,7 @@ def ours(setting: Setting, args, overrides: dict):
             continue
         agent = member(state.agent)
         train = {k: v[0] for k, v in host_metrics(metrics).items()}
-        alpha = float(core.alpha(agent.log_alpha)) if hasattr(core, "alpha") else float(jnp.exp(agent.log_alpha))
+        alpha = float(core.alpha(agent.log_alpha))
 
         def policy_stats(obs):
             return actor_apply(agent.actor_params, obs)
