@@ -53,11 +53,15 @@ class MLP(nn.Module):
     layer_norm: bool = False  # LayerNorm after each hidden Dense, before the ReLU
     init_scheme: str = "flax"  # one of INITS (not `init`, which is Module.init)
     edac_out_bound: float = 3e-3  # EDAC's bound on the output layer: 3e-3 for a critic, 1e-3 for the actor
+    # edge-of-reach's critics (agent_training/agent.py VectorizedLinear) store (in, out) weights, so torch's
+    # kaiming_uniform_ takes the output width as the fan-in: hidden kernels are U(±1/sqrt(width out)).
+    edac_fan_is_width_out: bool = False
 
     @nn.compact
     def __call__(self, x):
         for size in self.hidden_sizes:
-            x = nn.Dense(size, **dense_init(self.init_scheme, x.shape[-1]))(x)
+            fan = size if self.init_scheme == "edac" and self.edac_fan_is_width_out else x.shape[-1]
+            x = nn.Dense(size, **dense_init(self.init_scheme, fan))(x)
             if self.layer_norm:
                 x = nn.LayerNorm()(x)
             x = nn.relu(x)
@@ -122,7 +126,8 @@ class Critic(nn.Module):
 
     @nn.compact
     def __call__(self, obs, action):
-        mlp = MLP(self.hidden_sizes, 1, self.layer_norm, init_scheme=self.init_scheme, edac_out_bound=3e-3)
+        mlp = MLP(self.hidden_sizes, 1, self.layer_norm, init_scheme=self.init_scheme, edac_out_bound=3e-3,
+                  edac_fan_is_width_out=True)
         return mlp(jnp.concatenate([obs, action], axis=-1))[..., 0]
 
 

@@ -1,10 +1,10 @@
 """Side by side with the reference implementations: RAVL against anyasims/edge-of-reach, MOPO against
 OfflineRL-Kit, on the same data, world model, update budget and evaluation.
 
-Usage (run by hand; peers are not dependencies: `pip install torch==2.13.0` into the venv, CPU build):
+Usage (run by hand; peers are not dependencies: `pip install torch tqdm` into the venv; CPU is enough):
 
     python scripts/peer_check.py ravl --side peer --peer PATH/edge-of-reach --world-model DIR --seed 0
-    python scripts/peer_check.py ravl --side ours --world-model DIR --seed 0 [--set sac.update_order=alpha_actor_critic]
+    python scripts/peer_check.py ravl --side ours --world-model DIR --seed 0 [--set sac.init=flax]
     python scripts/peer_check.py mopo --side peer --peer PATH/OfflineRL-Kit --world-model DIR --updates 20000
     python scripts/peer_check.py mopo --side ours --world-model DIR --updates 20000
 
@@ -14,6 +14,9 @@ Gaussian noise for every run): `entropy` (exact change of variables), `entropy_e
 log(1 - tanh² + 1e-6) form), `q_mean` (mean over critics of Q(s, a ~ π)), `min_q_real` (the min over critics,
 averaged over the real states), `alpha`, `td_loss` (per critic, on the real rows, target with the exact log-prob)
 and `edac_diversity` (RAVL). `train` holds each side's own means over the last epoch of updates.
+
+Our side runs the `paper` preset (for RAVL, edge-of-reach's update order, initialisation and log-probability;
+`--set sac.update_order=critic_actor_alpha --set sac.init=flax --set sac.logp_epsilon=0` for the defaults).
 
 What is shared: the dataset (`mbrl.datasets.load`), the world model (`--world-model`, one of ours; the peer's
 rollout code gets it through `OurModel*`, adapters that answer its model calls with our model's step, with

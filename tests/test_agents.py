@@ -149,6 +149,11 @@ def test_presets_follow_the_published_configs():
         paper, quick = (config_io.build(algo, "hopper-medium", name) for name in ("paper", "quick"))
         assert (paper.sac.actor_bc_coef, paper.imagination.real_ratio) == (0.0, 0.05)
         assert (quick.sac.actor_bc_coef, quick.imagination.real_ratio) == (weight, 0.5)
+    # RAVL paper runs edge-of-reach's update order, EDAC init and log-probability; quick keeps the defaults.
+    reference = ("alpha_actor_critic", "edac", 1e-6)
+    ravl_quick = config_io.build("ravl", "hopper-medium", "quick")
+    assert (ravl.sac.update_order, ravl.sac.init, ravl.sac.logp_epsilon) == reference
+    assert (ravl_quick.sac.update_order, ravl_quick.sac.init, ravl_quick.sac.logp_epsilon) == ("critic_actor_alpha", "flax", 0.0)
     for algo in presets.ALGOS:
         for name in presets.PRESETS:
             config = config_io.build(algo, "hopper-medium", name)

@@ -331,10 +331,11 @@ def test_edac_and_torch_inits_have_the_reference_statistics():
         assert jax.tree.structure(params[init]) == jax.tree.structure(params["flax"])
         assert [x.shape for x in jax.tree.leaves(params[init])] == [x.shape for x in jax.tree.leaves(params["flax"])]
 
-    for net, out_bound in zip(params["edac"], (1e-3, 3e-3)):  # actor, critics
+    # The actor's fan is its input width; the critics' is their output width, as edge-of-reach's VectorizedLinear.
+    for net, out_bound, fan_axis in zip(params["edac"], (1e-3, 3e-3), (-2, -1)):  # actor, critics
         layers = dense_layers(net)
         for kernel, bias in layers[:-1]:
-            bound = 1.0 / np.sqrt(kernel.shape[-2])
+            bound = 1.0 / np.sqrt(kernel.shape[fan_axis])
             np.testing.assert_array_equal(bias, np.float32(0.1))
             assert np.max(np.abs(kernel)) <= bound
             np.testing.assert_allclose(np.std(kernel), bound / np.sqrt(3.0), rtol=0.1)
