@@ -72,9 +72,9 @@ _MOPO_SAC = {"num_critics": 2, "hidden_sizes": (256, 256), "eta": 0.0, "actor_lr
 
 # RAVL paper: edge-of-reach's own SAC mechanics (agent_training/agent.py): temperature, actor, then critic
 # in each update (Agent.update); EDAC's initialisation (Actor, VectorizedCritic); log(1 - tanh^2 + 1e-6)
-# (Actor.forward). Together they bring the policy's entropy to the reference's on the same world model;
-# with Flax's defaults it fell about 2,000 updates ahead of it (docs/peer_check.md). The quick preset keeps
-# the defaults its scores were measured with.
+# (Actor.forward). On one world model the init is what brings the policy's entropy to the reference's; with
+# Flax's init it fell about 2,000 updates ahead, and the order or the epsilon alone changed nothing measurable
+# (docs/peer_check.md). The quick preset keeps the defaults its scores were measured with.
 _RAVL_REFERENCE = {"update_order": "alpha_actor_critic", "init": "edac", "logp_epsilon": 1e-6}
 
 BASE: dict[tuple[str, str], dict[str, Any]] = {
