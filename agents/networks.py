@@ -22,8 +22,10 @@ LOG_STD_MAX = 2.0
 
 # Initializations of the Dense layers: "flax" (lecun_normal kernels, zero biases), "torch" (PyTorch nn.Linear:
 # kernel and bias U(-1/sqrt(fan_in), 1/sqrt(fan_in))) and "edac" (CORL's EDAC networks: nn.Linear kernels,
-# biases 0.1, the output layer U(-b, b) with b = `MLP.edac_out_bound`).
+# biases 0.1, the output layer U(-b, b) with b from `EDAC_OUTPUT_BOUND`).
 INITS = ("flax", "edac", "torch")
+# edge-of-reach agent_training/agent.py: the actor's mu/log_sigma U(±1e-3), the critics' last layer U(±3e-3).
+EDAC_OUTPUT_BOUND = {"actor": 1e-3, "critic": 3e-3}
 
 
 def _uniform(bound: float):
@@ -52,20 +54,21 @@ class MLP(nn.Module):
     out_dim: int
     layer_norm: bool = False  # LayerNorm after each hidden Dense, before the ReLU
     init_scheme: str = "flax"  # one of INITS (not `init`, which is Module.init)
-    edac_out_bound: float = 3e-3  # EDAC's bound on the output layer: 3e-3 for a critic, 1e-3 for the actor
-    # edge-of-reach's critics (agent_training/agent.py VectorizedLinear) store (in, out) weights, so torch's
-    # kaiming_uniform_ takes the output width as the fan-in: hidden kernels are U(±1/sqrt(width out)).
-    edac_fan_is_width_out: bool = False
+    # Which of EDAC's networks this is ("actor" or "critic"), for its output bound and hidden fans: edge-of-reach's
+    # critics (agent_training/agent.py VectorizedLinear) store (in, out) weights, so torch's kaiming_uniform_
+    # takes the output width as the fan-in: their hidden kernels are U(±1/sqrt(width out)).
+    edac_network: str = "critic"
 
     @nn.compact
     def __call__(self, x):
         for size in self.hidden_sizes:
-            fan = size if self.init_scheme == "edac" and self.edac_fan_is_width_out else x.shape[-1]
+            fan = size if self.init_scheme == "edac" and self.edac_network == "critic" else x.shape[-1]
             x = nn.Dense(size, **dense_init(self.init_scheme, fan))(x)
             if self.layer_norm:
                 x = nn.LayerNorm()(x)
             x = nn.relu(x)
-        return nn.Dense(self.out_dim, **dense_init(self.init_scheme, x.shape[-1], self.edac_out_bound))(x)
+        out_init = dense_init(self.init_scheme, x.shape[-1], EDAC_OUTPUT_BOUND[self.edac_network])
+        return nn.Dense(self.out_dim, **out_init)(x)
 
 
 class TanhGaussianActor(nn.Module):
@@ -79,7 +82,7 @@ class TanhGaussianActor(nn.Module):
     def __call__(self, obs):
         # One Dense head of mean and log_std (exported policies and checkpoints rely on this structure); its
         # elementwise initializers are those of EDAC's separate mu and log_sigma heads.
-        out = MLP(self.hidden_sizes, 2 * self.act_dim, init_scheme=self.init_scheme, edac_out_bound=1e-3)(obs)
+        out = MLP(self.hidden_sizes, 2 * self.act_dim, init_scheme=self.init_scheme, edac_network="actor")(obs)
         mean, log_std = jnp.split(out, 2, axis=-1)
         return mean, jnp.clip(log_std, LOG_STD_MIN, LOG_STD_MAX)
 
@@ -126,8 +129,7 @@ class Critic(nn.Module):
 
     @nn.compact
     def __call__(self, obs, action):
-        mlp = MLP(self.hidden_sizes, 1, self.layer_norm, init_scheme=self.init_scheme, edac_out_bound=3e-3,
-                  edac_fan_is_width_out=True)
+        mlp = MLP(self.hidden_sizes, 1, self.layer_norm, init_scheme=self.init_scheme, edac_network="critic")
         return mlp(jnp.concatenate([obs, action], axis=-1))[..., 0]
 
 
