@@ -5,6 +5,7 @@ Usage (run by hand; peers are not dependencies: `pip install torch tqdm` into th
 
     python scripts/peer_check.py ravl --side peer --peer PATH/edge-of-reach --world-model DIR --seed 0
     python scripts/peer_check.py ravl --side ours --world-model DIR --seed 0 [--set sac.init=flax]
+    python scripts/peer_check.py ravl --side lockstep --peer PATH/edge-of-reach --world-model DIR --updates 100
     python scripts/peer_check.py mopo --side peer --peer PATH/OfflineRL-Kit --world-model DIR --updates 20000
     python scripts/peer_check.py mopo --side ours --world-model DIR --updates 20000
 
@@ -317,6 +318,132 @@ def peer_ravl(setting: Setting, args):
         emit(record, args.out)
 
 
+def lockstep_ravl(setting: Setting, args, overrides: dict):
+    """Both RAVL agents in one process from the same weights (edge-of-reach's initial ones, copied into ours),
+    given the same batches of real rows and the same Gaussian noise (what our update's keys draw, handed to the
+    peer's `Normal.rsample` in its draw order: temperature, actor, critic target). With no other randomness
+    left, any difference that is not float rounding is a difference of the algorithm. A control runs ours a
+    second time from the same weights moved by one float32 step each (np.nextafter): how fast two runs of one
+    algorithm part from rounding alone. Prints one JSON line per checkpoint: each network's distance from the
+    peer's (and the control's from ours), relative to how far the peer's (ours) has moved."""
+    import jax
+    import jax.numpy as jnp
+
+    from mbrl import config as config_io
+    from mbrl.core.types import Transitions
+    from mbrl.train import hypers_of, trainer_for
+
+    torch = _torch()
+    sys.path.insert(0, str(Path(args.peer).resolve()))
+    placeholder_modules()
+    from agent_training.agent import Actor, Agent, VectorizedCritic
+    from shared.utils import set_seed
+
+    set_seed(args.seed)
+    obs_dim, act_dim = setting.arrays["observations"].shape[1], setting.arrays["actions"].shape[1]
+    actor = Actor(obs_dim, act_dim, 256, 1.0)
+    critic = VectorizedCritic(obs_dim, act_dim, 256, 10)
+    agent = Agent(actor=actor, actor_optimizer=torch.optim.Adam(actor.parameters(), lr=3e-4), critic=critic,
+                  critic_optimizer=torch.optim.Adam(critic.parameters(), lr=3e-4), gamma=0.99, tau=5e-3, eta=1.0,
+                  auto_alpha=True, alpha_learning_rate=3e-4, target_entropy=None, alpha=0.1, device="cpu")
+
+    config = config_io.build("ravl", args.dataset, "paper", config_io._merge({"seed": args.seed}, overrides))
+    core = trainer_for(config, obs_dim, act_dim).agent.core
+    hypers = hypers_of(config)["sac"]
+
+    def peer_params():
+        """The peer's actor, critics and target critics in our parameter layout (numpy)."""
+        t = lambda x: x.detach().numpy().copy()  # noqa: E731
+        layers = [actor.trunk[0], actor.trunk[2], actor.trunk[4]]
+        actor_tree = {f"Dense_{i}": {"kernel": t(l.weight).T, "bias": t(l.bias)} for i, l in enumerate(layers)}
+        actor_tree["Dense_3"] = {"kernel": np.concatenate([t(actor.mu.weight).T, t(actor.log_sigma.weight).T], 1),
+                                 "bias": np.concatenate([t(actor.mu.bias), t(actor.log_sigma.bias)])}
+
+        def critic_tree(net):
+            layers = [net.critic[i] for i in (0, 2, 4, 6)]
+            return {"params": {"MLP_0": {f"Dense_{i}": {"kernel": t(l.weight), "bias": t(l.bias)[:, 0]}
+                                         for i, l in enumerate(layers)}}}
+
+        return {"actor": {"params": {"MLP_0": actor_tree}}, "critic": critic_tree(critic),
+                "target": critic_tree(agent.target_critic), "log_alpha": t(agent.log_alpha)[0]}
+
+    start = peer_params()
+    state = core.init(jax.random.PRNGKey(args.seed), hypers)
+    shape = lambda tree: jax.tree.map(jnp.shape, tree)  # noqa: E731
+    assert shape(state.actor_params) == shape(start["actor"]), "actor layouts differ"
+    assert shape(state.critic_params) == shape(start["critic"]), "critic layouts differ"
+    state = core.init(jax.random.PRNGKey(args.seed), hypers).replace(
+        actor_params=start["actor"], critic_params=start["critic"], target_critic_params=start["target"],
+        log_alpha=jnp.asarray(start["log_alpha"]))
+    state = jax.tree.map(jnp.asarray, state)
+    state = state.replace(actor_opt_state=core.tx.init(state.actor_params),
+                          critic_opt_state=core.tx.init(state.critic_params),
+                          alpha_opt_state=core.tx.init(state.log_alpha))
+    nudge = lambda tree: jax.tree.map(lambda x: jnp.nextafter(x, jnp.inf), tree)  # noqa: E731
+    control = state.replace(actor_params=nudge(state.actor_params), critic_params=nudge(state.critic_params),
+                            target_critic_params=nudge(state.target_critic_params))
+    update = jax.jit(core.update)
+
+    @jax.jit
+    def update_noise(key):
+        """The three draws of our update (the order of `SACN.update`'s split for alpha_actor_critic)."""
+        critic_key, actor_key, alpha_key = jax.random.split(key, 3)
+        draw = lambda k: jax.random.normal(k, (BATCH, act_dim), jnp.float32)  # noqa: E731
+        return draw(alpha_key), draw(actor_key), draw(critic_key)
+
+    queue: list = []
+    normal = torch.distributions.Normal
+
+    def rsample(self, sample_shape=torch.Size()):
+        noise = queue.pop(0)
+        assert tuple(noise.shape) == tuple(self.loc.shape), "draw shapes differ"
+        return self.loc + noise * self.scale
+
+    normal.rsample = rsample
+
+    def distance(ours_tree, peer_tree, origin):
+        leaves = lambda tree: np.concatenate([np.ravel(np.asarray(x, np.float64)) for x in jax.tree.leaves(tree)])  # noqa: E731
+        ours_v, peer_v, origin_v = leaves(ours_tree), leaves(peer_tree), leaves(origin)
+        return float(np.linalg.norm(ours_v - peer_v) / max(np.linalg.norm(peer_v - origin_v), 1e-30))
+
+    rng = np.random.default_rng(args.seed)
+    key = jax.random.PRNGKey(args.seed + 1)
+    checkpoints = {1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000, 10000}
+    data = setting.arrays
+    for step in range(1, args.updates + 1):
+        rows = rng.integers(0, len(data["observations"]), BATCH)
+        batch = {k: v[rows] for k, v in data.items()}
+        key, step_key = jax.random.split(key)
+        queue.extend(torch.from_numpy(np.asarray(n)) for n in update_noise(step_key))
+        agent.update([torch.from_numpy(batch[k]) if k not in ("rewards", "terminals")
+                      else torch.from_numpy(batch[k])[:, None]
+                      for k in ("observations", "actions", "rewards", "next_observations", "terminals")])
+        assert not queue, "the peer drew a different number of samples"
+        transitions = Transitions(obs=batch["observations"], action=batch["actions"], reward=batch["rewards"],
+                                  next_obs=batch["next_observations"], terminal=batch["terminals"] > 0.5,
+                                  timeout=np.zeros(BATCH, bool))
+        state, _ = update(state, transitions, step_key, hypers)
+        control, _ = update(control, transitions, step_key, hypers)
+        if step not in checkpoints and step != args.updates:
+            continue
+        peer = peer_params()
+        probe = jnp.asarray(setting.probe["observations"])
+        ours_mean, ours_log_std = core.actor.apply(state.actor_params, probe)
+        with torch.no_grad():
+            hidden = actor.trunk(torch.from_numpy(setting.probe["observations"]))
+            peer_log_std = torch.clip(actor.log_sigma(hidden), -5, 2).numpy()
+        record = {"algo": "ravl", "side": "lockstep", "seed": args.seed, "updates": step,
+                  "actor": distance(state.actor_params, peer["actor"], start["actor"]),
+                  "critic": distance(state.critic_params, peer["critic"], start["critic"]),
+                  "target_critic": distance(state.target_critic_params, peer["target"], start["target"]),
+                  "actor_control": distance(control.actor_params, state.actor_params, start["actor"]),
+                  "critic_control": distance(control.critic_params, state.critic_params, start["critic"]),
+                  "log_alpha": float(state.log_alpha), "log_alpha_peer": float(peer["log_alpha"]),
+                  "mean_log_std": float(jnp.mean(ours_log_std)), "mean_log_std_peer": float(np.mean(peer_log_std)),
+                  "max_abs_mean_diff": float(np.max(np.abs(np.asarray(ours_mean) - actor.mu(hidden).detach().numpy())))}
+        emit(record, args.out)
+
+
 def peer_mopo(setting: Setting, args):
     """OfflineRL-Kit run_example/run_mopo.py `train` and MBPolicyTrainer.train with their defaults (hopper-medium:
     rollout length 5, penalty 5.0 as in our preset), on `setting`'s model."""
@@ -426,7 +553,8 @@ def parse_set(items: list[str]) -> dict:
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("algo", choices=("ravl", "mopo"))
-    parser.add_argument("--side", choices=("ours", "peer"), required=True)
+    parser.add_argument("--side", choices=("ours", "peer", "lockstep"), required=True,
+                        help="lockstep (ravl): both agents from the same weights, batches and noise")
     parser.add_argument("--peer", help="the peer's checkout (edge-of-reach for ravl, OfflineRL-Kit for mopo)")
     parser.add_argument("--world-model", required=True, help="a world model directory of ours, used by both sides")
     parser.add_argument("--dataset", default="hopper-medium")
@@ -439,14 +567,18 @@ def main():
     parser.add_argument("--variant", default=None, help="a label for this run's lines")
     parser.add_argument("--out", type=Path, default=None, help="also append the JSON lines to this file")
     args = parser.parse_args()
-    if args.side == "peer" and not args.peer:
-        parser.error("--side peer needs --peer PATH")
-    if args.updates % UPDATES_PER_EPOCH:
+    if args.side in ("peer", "lockstep") and not args.peer:
+        parser.error(f"--side {args.side} needs --peer PATH")
+    if args.side == "lockstep" and args.algo != "ravl":
+        parser.error("--side lockstep: ravl only")
+    if args.updates % UPDATES_PER_EPOCH and args.side != "lockstep":
         parser.error(f"--updates: a multiple of {UPDATES_PER_EPOCH}")
     args.variant = args.variant or ("reference" if args.side == "peer" else (",".join(args.set) or "default"))
     setting = Setting(args.algo, args.dataset, args.world_model)
     if args.side == "ours":
         ours(setting, args, parse_set(args.set))
+    elif args.side == "lockstep":
+        lockstep_ravl(setting, args, parse_set(args.set))
     elif args.algo == "ravl":
         peer_ravl(setting, args)
     else:
