@@ -350,6 +350,8 @@ def lockstep_ravl(setting: Setting, args, overrides: dict):
     config = config_io.build("ravl", args.dataset, "paper", config_io._merge({"seed": args.seed}, overrides))
     core = trainer_for(config, obs_dim, act_dim).agent.core
     hypers = hypers_of(config)["sac"]
+    if core.config.update_order != "alpha_actor_critic":
+        raise SystemExit("--side lockstep: needs sac.update_order=alpha_actor_critic (edge-of-reach's order of draws)")
 
     def peer_params():
         """The peer's actor, critics and target critics in our parameter layout (numpy)."""
@@ -372,7 +374,7 @@ def lockstep_ravl(setting: Setting, args, overrides: dict):
     shape = lambda tree: jax.tree.map(jnp.shape, tree)  # noqa: E731
     assert shape(state.actor_params) == shape(start["actor"]), "actor layouts differ"
     assert shape(state.critic_params) == shape(start["critic"]), "critic layouts differ"
-    state = core.init(jax.random.PRNGKey(args.seed), hypers).replace(
+    state = state.replace(
         actor_params=start["actor"], critic_params=start["critic"], target_critic_params=start["target"],
         log_alpha=jnp.asarray(start["log_alpha"]))
     state = jax.tree.map(jnp.asarray, state)
