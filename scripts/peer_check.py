@@ -251,22 +251,14 @@ def _torch():
     return torch
 
 
-def peer_ravl(setting: Setting, args):
-    """edge-of-reach train_ravl_agent.py `train`, with its TrainConfig defaults, on `setting`'s model."""
+def edge_of_reach_agent(setting: Setting, args):
+    """edge-of-reach's RAVL agent with train_ravl_agent.py's TrainConfig defaults, seeded as its `train` seeds it:
+    (torch, actor, agent). Puts the checkout (`args.peer`) on the import path."""
     torch = _torch()
     sys.path.insert(0, str(Path(args.peer).resolve()))
     placeholder_modules()
     from agent_training.agent import Actor, Agent, VectorizedCritic
-    from agent_training.rollout_generation import RolloutGenerator
-    from shared.data_buffer import DataBuffer
     from shared.utils import set_seed
-
-    class OurModel:
-        """Answers RolloutGenerator's model calls with our world model's step."""
-
-        def transition_function_torch(self, state, action):
-            next_obs, reward, done = setting.model_step(state.numpy(), action.numpy())
-            return torch.from_numpy(next_obs), torch.from_numpy(reward), torch.from_numpy(done), {}
 
     set_seed(args.seed)
     obs_dim, act_dim = setting.arrays["observations"].shape[1], setting.arrays["actions"].shape[1]
@@ -275,6 +267,23 @@ def peer_ravl(setting: Setting, args):
     agent = Agent(actor=actor, actor_optimizer=torch.optim.Adam(actor.parameters(), lr=3e-4), critic=critic,
                   critic_optimizer=torch.optim.Adam(critic.parameters(), lr=3e-4), gamma=0.99, tau=5e-3, eta=1.0,
                   auto_alpha=True, alpha_learning_rate=3e-4, target_entropy=None, alpha=0.1, device="cpu")
+    return torch, actor, agent
+
+
+def peer_ravl(setting: Setting, args):
+    """edge-of-reach train_ravl_agent.py `train`, with its TrainConfig defaults, on `setting`'s model."""
+    torch, actor, agent = edge_of_reach_agent(setting, args)
+    from agent_training.rollout_generation import RolloutGenerator
+    from shared.data_buffer import DataBuffer
+
+    class OurModel:
+        """Answers RolloutGenerator's model calls with our world model's step."""
+
+        def transition_function_torch(self, state, action):
+            next_obs, reward, done = setting.model_step(state.numpy(), action.numpy())
+            return torch.from_numpy(next_obs), torch.from_numpy(reward), torch.from_numpy(done), {}
+
+    obs_dim, act_dim = setting.arrays["observations"].shape[1], setting.arrays["actions"].shape[1]
     real = DataBuffer(obs_dim, act_dim, len(setting.arrays["observations"]), as_numpy=False)
     real.load_d4rl_dataset(setting.arrays)
     imagined = DataBuffer(obs_dim, act_dim, ROLLOUTS_PER_EPOCH * setting.horizon * RETAIN_EPOCHS, as_numpy=False)
@@ -333,19 +342,8 @@ def lockstep_ravl(setting: Setting, args, overrides: dict):
     from mbrl.core.types import Transitions
     from mbrl.train import hypers_of, trainer_for
 
-    torch = _torch()
-    sys.path.insert(0, str(Path(args.peer).resolve()))
-    placeholder_modules()
-    from agent_training.agent import Actor, Agent, VectorizedCritic
-    from shared.utils import set_seed
-
-    set_seed(args.seed)
+    torch, actor, agent = edge_of_reach_agent(setting, args)
     obs_dim, act_dim = setting.arrays["observations"].shape[1], setting.arrays["actions"].shape[1]
-    actor = Actor(obs_dim, act_dim, 256, 1.0)
-    critic = VectorizedCritic(obs_dim, act_dim, 256, 10)
-    agent = Agent(actor=actor, actor_optimizer=torch.optim.Adam(actor.parameters(), lr=3e-4), critic=critic,
-                  critic_optimizer=torch.optim.Adam(critic.parameters(), lr=3e-4), gamma=0.99, tau=5e-3, eta=1.0,
-                  auto_alpha=True, alpha_learning_rate=3e-4, target_entropy=None, alpha=0.1, device="cpu")
 
     config = config_io.build("ravl", args.dataset, "paper", config_io._merge({"seed": args.seed}, overrides))
     core = trainer_for(config, obs_dim, act_dim).agent.core
@@ -366,7 +364,7 @@ def lockstep_ravl(setting: Setting, args, overrides: dict):
             return {"params": {"MLP_0": {f"Dense_{i}": {"kernel": t(l.weight), "bias": t(l.bias)[:, 0]}
                                          for i, l in enumerate(layers)}}}
 
-        return {"actor": {"params": {"MLP_0": actor_tree}}, "critic": critic_tree(critic),
+        return {"actor": {"params": {"MLP_0": actor_tree}}, "critic": critic_tree(agent.critic),
                 "target": critic_tree(agent.target_critic), "log_alpha": t(agent.log_alpha)[0]}
 
     start = peer_params()
