@@ -349,7 +349,9 @@ def lockstep_ravl(setting: Setting, args, overrides: dict):
     core = trainer_for(config, obs_dim, act_dim).agent.core
     hypers = hypers_of(config)["sac"]
     if core.config.update_order != "alpha_actor_critic":
-        raise SystemExit("--side lockstep: needs sac.update_order=alpha_actor_critic (edge-of-reach's order of draws)")
+        print("peer_check: --side lockstep needs sac.update_order=alpha_actor_critic (edge-of-reach's order of draws)",
+              file=sys.stderr)
+        raise SystemExit(2)
 
     def peer_params():
         """The peer's actor, critics and target critics in our parameter layout (numpy)."""
