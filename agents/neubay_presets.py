@@ -42,6 +42,17 @@ PER_DATASET: dict[str, tuple[float, float, bool]] = {
     "halfcheetah-random": (3e-5, 0.8, False),
 }
 
+# NeoRL-2's tasks (keyed by task: one dataset each): NEUBAY imagines up to the task's episode limit (NeoRL2
+# README); DMSD's episodes of 100 steps hold windows of 32 steps of history and 64 trained steps.
+PER_TASK: dict[str, dict[str, Any]] = {
+    "dmsd": {"max_episode_steps": 100, "warmup_length": 32, "sequence_length": 64},
+    "pipeline": {"max_episode_steps": 1000},
+    "rocketrecovery": {"max_episode_steps": 500},
+    "randomfrictionhopper": {"max_episode_steps": 1000},
+    "safetyhalfcheetah": {"max_episode_steps": 1000},
+    "simglucose": {"max_episode_steps": 480},
+}
+
 _ENSEMBLE_PAPER = {"num_members": 128, "num_elites": 100, "layer_norm": True, "hidden_dims": (200, 200, 200, 200)}
 _ENSEMBLE_QUICK = {"num_members": 20, "num_elites": 16, "layer_norm": True, "hidden_dims": (200, 200, 200, 200)}
 
@@ -76,6 +87,8 @@ BASE: dict[tuple[str, str], dict[str, Any]] = {
 
 def per_dataset(dataset: str | None) -> dict[str, Any]:
     """The per-dataset overrides for a dataset name such as `hopper-medium` (empty when unknown)."""
+    if dataset in PER_TASK:
+        return {"neubay": dict(PER_TASK[dataset])}
     if dataset not in PER_DATASET:
         return {}
     encoder_lr, real_weight, fixed_alpha = PER_DATASET[dataset]

@@ -1,7 +1,8 @@
-"""The task registry: Gymnasium MuJoCo v5 ids, env factories and termination functions.
+"""The task registry: each task's spec, reward and termination functions, and env factory.
 
-The numbers (dims, action bounds, episode limit, D4RL reference scores) live as pure data in
-`mbrl.core.types.TASK_SPECS`; this module adds what needs gymnasium or JAX on top of them.
+The numbers (dims, names, action bounds, episode limit, control rate, reference scores) live as pure data in
+`mbrl.core.types.TASK_SPECS`; this module adds what needs gymnasium or JAX on top of them. The MuJoCo
+benchmarks are defined here; NeoRL-2's tasks in `envs.neorl2`.
 
 Termination functions decide `terminated` from an observed transition, as the real env does after
 its step, so that imagined rollouts stop where the real robot would have fallen. They are written
@@ -17,6 +18,7 @@ boundary may be judged differently than the env judges its float64 state.
 from __future__ import annotations
 
 import dataclasses
+import importlib
 import re
 from collections.abc import Callable
 from typing import Any
@@ -25,7 +27,7 @@ import jax
 import jax.numpy as jnp
 
 from mbrl.core.errors import ConfigError
-from mbrl.core.types import TASK_SPECS, TaskSpec
+from mbrl.core.types import TASK_SPECS, TaskSpec, find_spec, register_spec
 
 TerminationFn = Callable[[Any, Any, Any], jax.Array]
 
@@ -92,30 +94,48 @@ def halfcheetah_termination(obs, action, next_obs) -> jax.Array:
     return jnp.zeros(next_obs.shape[:-1], dtype=bool)
 
 
+RewardFn = Callable[[Any, Any, Any], jax.Array]
+
+
 @dataclasses.dataclass(frozen=True)
 class Task(TaskSpec):
-    """A TaskSpec plus what needs gymnasium or JAX: an env factory and a termination function.
+    """A registry entry: a TaskSpec plus what needs gymnasium or JAX, each optional.
 
-    `termination_fn(obs, action, next_obs) -> bool array` over the leading axes of `next_obs`.
+    `termination_fn(obs, action, next_obs) -> bool array` and `reward_fn(obs, action, next_obs) -> reward` work
+    over the leading axes of `next_obs` in `jax.numpy`; imagination uses them instead of the model's learned
+    ones. The env factory is `gymnasium.make(env_id)`; a task without `env_id` has no simulator.
     """
 
-    termination_fn: TerminationFn = dataclasses.field(repr=False)
+    termination_fn: TerminationFn | None = dataclasses.field(default=None, repr=False)
+    reward_fn: RewardFn | None = dataclasses.field(default=None, repr=False)
 
     @property
     def spec(self) -> TaskSpec:
         return TaskSpec(**{f.name: getattr(self, f.name) for f in dataclasses.fields(TaskSpec)})
 
+    @property
+    def has_env(self) -> bool:
+        return self.env_id is not None
+
+    def model_fns(self) -> dict[str, Callable | None]:
+        """The keyword arguments that give a world model this task's reward and termination rules."""
+        return {"termination_fn": self.termination_fn, "reward_fn": self.reward_fn}
+
     def make_env(self, **kwargs):
-        """`gymnasium.make` of this task's v5 id; kwargs (render_mode, max_episode_steps, ...) pass through."""
+        """`gymnasium.make` of this task's id; kwargs (render_mode, max_episode_steps, ...) pass through."""
         import gymnasium
 
+        if self.env_id is None:
+            raise ConfigError(f"task {self.name!r} has no simulator (no env id); it cannot be evaluated or stepped here")
         return gymnasium.make(self.env_id, **kwargs)
 
 
-def _task(spec: TaskSpec, termination_fn: TerminationFn) -> Task:
-    # Jitted once here: a direct call compiles per input shape; calls inside other jitted code inline it.
+def make_task(spec: TaskSpec, termination_fn: TerminationFn | None = None, reward_fn: RewardFn | None = None) -> Task:
+    """A Task from its spec and functions, jitted once here: a direct call compiles per input shape; calls inside
+    other jitted code inline it."""
     fields = {f.name: getattr(spec, f.name) for f in dataclasses.fields(TaskSpec)}
-    return Task(**fields, termination_fn=jax.jit(termination_fn))
+    return Task(**fields, termination_fn=None if termination_fn is None else jax.jit(termination_fn),
+                reward_fn=None if reward_fn is None else jax.jit(reward_fn))
 
 
 _TERMINATIONS: dict[str, TerminationFn] = {
@@ -125,32 +145,68 @@ _TERMINATIONS: dict[str, TerminationFn] = {
     "ant": ant_termination,
 }
 
-TASKS: dict[str, Task] = {name: _task(TASK_SPECS[name], fn) for name, fn in _TERMINATIONS.items()}
+# The one registry of tasks, by name: the MuJoCo benchmarks, NeoRL-2's tasks (`envs.neorl2`), and any task
+# `register` adds (a user's robot).
+TASKS: dict[str, Task] = {name: make_task(spec, _TERMINATIONS.get(name)) for name, spec in TASK_SPECS.items()}
+
+
+def register(task: Task, replace: bool = False) -> Task:
+    """Add `task` to the registry (and its spec to TASK_SPECS, which the dataset loaders read); `replace`
+    lets it stand in for the entry of the same name."""
+    register_spec(task.spec, replace=replace)
+    TASKS[task.name] = task
+    return task
+
+
+def _register_neorl2() -> None:
+    import gymnasium
+
+    from envs import neorl2
+
+    for entry in neorl2.ENTRIES:
+        module = importlib.import_module(f"envs.neorl2.{entry.module}")
+        # The module knows the names and the control rate; the rest of the spec is core data.
+        spec = dataclasses.replace(TASK_SPECS[entry.name], obs_names=tuple(getattr(module, entry.attr("OBS_NAMES"))),
+                                   act_names=tuple(getattr(module, entry.attr("ACT_NAMES"))),
+                                   control_hz=getattr(module, entry.attr("CONTROL_HZ")))
+        register(make_task(spec, getattr(module, entry.attr("terminated")), getattr(module, entry.attr("reward"))),
+                 replace=True)
+        if spec.env_id not in gymnasium.registry:
+            gymnasium.register(id=spec.env_id, entry_point=f"envs.neorl2.{entry.module}:{entry.env_class}",
+                               max_episode_steps=spec.max_episode_steps, kwargs=dict(entry.env_kwargs))
+
+
+_register_neorl2()
 
 
 def get_task(name: str) -> Task:
-    """The task called `name` (a key of TASKS); a ConfigError listing the valid names otherwise."""
-    try:
-        return TASKS[name]
-    except (KeyError, TypeError):
-        raise ConfigError(f"unknown task {name!r}: expected one of {', '.join(sorted(TASKS))}") from None
+    """The task called `name` (a key of TASKS, its case ignored); a ConfigError listing the valid names otherwise."""
+    spec = find_spec(name)
+    if spec is not None and spec.name in TASKS:
+        return TASKS[spec.name]
+    raise ConfigError(f"unknown task {name!r}: expected one of {', '.join(TASKS)}")
 
 
 _ENV_ID = re.compile(r"^(?:.*/)?(?P<name>[A-Za-z0-9_]+)-v(?P<version>\d+)$")
 
 
 def task_for_env_id(env_id: str) -> Task | None:
-    """The task whose Gymnasium id is `env_id` ("Hopper-v5" -> hopper), or None when it is not one of ours.
+    """The task whose Gymnasium id is `env_id` ("Hopper-v5" -> hopper, "NeoRL2/DMSD-v0" -> DMSD), or None.
 
-    A namespace prefix ("mujoco/Hopper-v5") is ignored. Only v5 ids map to a task: other versions have
-    other observation layouts or health checks (Ant-v4 omits contact forces by default), so the
-    termination function and dims here would not describe them.
+    For the MuJoCo tasks a namespace prefix ("mujoco/Hopper-v5") is ignored. Only v5 ids map to them: other
+    versions have other observation layouts or health checks (Ant-v4 omits contact forces by default), so
+    the termination function and dims here would not describe them.
     """
-    match = _ENV_ID.match(env_id.strip()) if isinstance(env_id, str) else None
+    if not isinstance(env_id, str):
+        return None
+    for task in TASKS.values():
+        if task.env_id is not None and task.env_id == env_id.strip():
+            return task
+    match = _ENV_ID.match(env_id.strip())
     if match is None:
         return None
     bare_id = f"{match['name']}-v{match['version']}"
     for task in TASKS.values():
-        if task.env_id == bare_id:
+        if task.suite == "mujoco" and task.env_id == bare_id:
             return task
     return None

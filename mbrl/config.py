@@ -119,7 +119,7 @@ class LoggingConfig:
     wandb_project: str = "offline-mbrl"
 
 
-TOP_LEVEL = ("algo", "dataset", "preset", "seed", "seeds")  # fields of TrainConfig every algorithm reads
+TOP_LEVEL = ("algo", "dataset", "task", "preset", "seed", "seeds")  # fields of TrainConfig every algorithm reads
 
 
 @dataclasses.dataclass(frozen=True)
@@ -128,7 +128,9 @@ class TrainConfig:
 
     algo: ravl | mopo | bc | neubay | mopo-ppo.
     dataset: a dataset SOURCE (`mbrl data list`): a made dataset name such as hopper-medium, a
-        .hdf5/.npz path or minari:ID.
+        .hdf5/.npz path, minari:ID or neorl2:TASK.
+    task: the task the dataset comes from (`mbrl data list`), where the dataset does not name it; its reward
+        and termination rules drive imagination, its simulator evaluates.
     preset: quick (sized for 2 CPU cores) | paper (the published settings).
     seed / seeds: train seeds seed, seed+1, ..., seed+seeds-1 in one compiled program.
 
@@ -138,6 +140,7 @@ class TrainConfig:
 
     algo: str = "ravl"
     dataset: str = "hopper-medium"
+    task: str | None = None
     preset: str = "quick"
     seed: int = 0
     seeds: int = 1
@@ -357,7 +360,17 @@ def _merge(base: dict, extra: dict) -> dict:
 
 
 def dataset_key(source: str) -> str:
-    """The name presets are keyed by: `hopper-medium` for a made dataset or a file `hopper-medium-v2.hdf5`."""
+    """The name presets are keyed by: `hopper-medium` for a made dataset or a file `hopper-medium-v2.hdf5`;
+    the task's name (`dmsd`) for NeoRL-2's files, which have one dataset per task (`neorl2:DMSD`,
+    `DMSD-high-100000-train.npz`)."""
+    from mbrl.core.types import find_spec
+
+    if source.startswith("neorl2:"):
+        return source.removeprefix("neorl2:").partition("-")[0].lower()
+    head = Path(source).name.partition("-")[0]
+    spec = find_spec(head) if source.endswith(".npz") else None
+    if spec is not None and spec.suite == "neorl2":
+        return spec.name.lower()
     is_minari = source.startswith("minari:")
     name = source.removeprefix("minari:").replace("/", "-") if is_minari else Path(source).name
     for suffix in (".hdf5", ".h5", ".npz"):

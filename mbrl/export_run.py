@@ -79,13 +79,17 @@ def run_policy_spec(run, params, run_id: str, metadata: dict) -> PolicySpec:
 
         task = get_task(task_name)
         env_id = task.env_id
-        low, high = np.full(act_dim, task.action_low), np.full(act_dim, task.action_high)
+        low, high = task.action_bounds()
         if dataset.info.action_low is not None and dataset.info.action_high is not None:
             low, high = np.asarray(dataset.info.action_low), np.asarray(dataset.info.action_high)
-        env = env_facts(env_id)
-        if env["obs_dim"] == obs_dim and env["act_dim"] == act_dim:
-            names = {"obs_names": env["obs_names"], "action_names": env["action_names"]}
-        rate = env["control_rate_hz"]
+        if env_id is not None:
+            env = env_facts(env_id)
+            if env["obs_dim"] == obs_dim and env["act_dim"] == act_dim:
+                names = {"obs_names": env["obs_names"], "action_names": env["action_names"]}
+            rate = env["control_rate_hz"]
+        if task.obs_names is not None and task.act_names is not None:  # the task's own names come first
+            names = {"obs_names": tuple(task.obs_names), "action_names": tuple(task.act_names)}
+        rate = task.control_hz if task.control_hz is not None else rate
     return PolicySpec(
         **policy_of(agent),
         params=params,

@@ -175,7 +175,7 @@ def _robot(config: FinetuneConfig, source):
     low, high = -np.ones(act_dim, np.float32), np.ones(act_dim, np.float32)
     if source.facts.get("task"):
         task = get_task(source.facts["task"])
-        low, high = np.full(act_dim, task.action_low, np.float32), np.full(act_dim, task.action_high, np.float32)
+        low, high = task.action_bounds()
     robot = make_robot(config.robot, obs_dim=obs_dim, action_low=low, action_high=high, obs_timeout=config.obs_timeout,
                        sim=SimOptions(noise_seed=config.seed), ros2_backend=config.ros2_backend)
     return robot, low, high

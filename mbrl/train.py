@@ -445,18 +445,16 @@ def fit_model(config: TrainConfig, dataset, task, seed_offset: int = 0, progress
     """A world model of the kind the algorithm fits (`agents.registry.AlgorithmEntry.model_kind`): the MLP
     ensemble with `config`'s ensemble and fit sections, or RWM-U with its rwm and rwm_fit sections (fit seed +
     `seed_offset`)."""
-    termination_fn = task.termination_fn if task is not None else None
+    task_fns = task.model_fns() if task is not None else {}
     if registry.entry(config.algo).model_kind == "rwm":
         from world_models.recurrent_fit import fit_recurrent_model
 
         fit_config = dataclasses.replace(config.rwm_fit, seed=config.rwm_fit.seed + seed_offset)
-        return fit_recurrent_model(dataset, config=config.rwm, fit_config=fit_config, termination_fn=termination_fn,
-                                   progress=progress).model
+        return fit_recurrent_model(dataset, config=config.rwm, fit_config=fit_config, progress=progress, **task_fns).model
     from world_models.fit import fit_world_model
 
     fit_config = dataclasses.replace(config.fit, seed=config.fit.seed + seed_offset)
-    return fit_world_model(dataset, config=config.ensemble, fit_config=fit_config, termination_fn=termination_fn,
-                           progress=progress).model
+    return fit_world_model(dataset, config=config.ensemble, fit_config=fit_config, progress=progress, **task_fns).model
 
 
 def _world_models(config: TrainConfig, dataset, task, paths: list[Path], progress: bool):
@@ -464,11 +462,11 @@ def _world_models(config: TrainConfig, dataset, task, paths: list[Path], progres
     from world_models.model import ModelInfo
     from world_models.recurrent import load_model
 
-    termination_fn = task.termination_fn if task is not None else None
+    task_fns = task.model_fns() if task is not None else {}
     models = []
     for index, path in enumerate(paths):
         if (path / "model.json").is_file():
-            model = load_model(path, termination_fn)
+            model = load_model(path, **task_fns)
             if hasattr(model, "warm_up") and registry.entry(config.algo).model_kind != "rwm":
                 raise ConfigError(f"world model {path}: a recurrent world model (RWM-U) reads a history before it "
                                   f"predicts, and {config.algo} imagines from single states; give it an MLP "
@@ -551,7 +549,7 @@ def run(
         config_io.save(config, run_dir / "config.json")
     progress = config.logging.progress if progress is None else progress
 
-    dataset = dataset if dataset is not None else datasets.load(config.dataset)
+    dataset = dataset if dataset is not None else datasets.load(config.dataset, task=config.task)
     task = TASKS.get(dataset.info.task) if dataset.info.task else None
     ref_scores = _reference_scores(dataset, task)
     dataset_score = None
@@ -594,7 +592,7 @@ def run(
         checkpointer.save(epoch, jax.device_get(state), record)
 
     evaluate = None
-    if task is not None:
+    if task is not None and task.has_env:
         evaluate = functools.partial(trainer.evaluate, task=task, seeds=seeds, ref_scores=ref_scores,
                                      episodes=config.schedule.eval_episodes, eval_seed=config.schedule.eval_seed)
 
@@ -752,7 +750,7 @@ def train_population(
     if len(hypers) != len(seeds) or not seeds:
         raise ConfigError(f"population: expected one set of hyperparameters per seed, found {len(hypers)} and {len(seeds)}")
     configs = [member_config(config, h) for h in hypers]
-    dataset = dataset if dataset is not None else datasets.load(config.dataset)
+    dataset = dataset if dataset is not None else datasets.load(config.dataset, task=config.task)
     task = TASKS.get(dataset.info.task) if dataset.info.task else None
     trainer = trainer_for(config, dataset.info.obs_dim, dataset.info.act_dim)
     real = trainer.real_data(dataset)
@@ -772,7 +770,7 @@ def train_population(
     ref_scores = _reference_scores(dataset, task)
     records = []
     evaluate_fn = None
-    if evaluate and task is not None:
+    if evaluate and task is not None and task.has_env:
         evaluate_fn = functools.partial(trainer.evaluate, task=task, seeds=list(seeds), ref_scores=ref_scores,
                                         episodes=config.schedule.eval_episodes, eval_seed=config.schedule.eval_seed)
 

@@ -105,6 +105,19 @@ def neorl_arrays(episodes) -> dict[str, np.ndarray]:
     }
 
 
+def neorl2_arrays(episodes) -> dict[str, np.ndarray]:
+    """NeoRL-2's released layout: flat float32 arrays, episodes ended by `done` or `truncated`, no `index`."""
+    d = d4rl_arrays(episodes)
+    return {
+        "obs": d["observations"],
+        "next_obs": d["next_observations"],
+        "action": d["actions"],
+        "reward": d["rewards"].astype(np.float32),
+        "done": d["terminals"].astype(np.float32),
+        "truncated": d["timeouts"].astype(np.float32),
+    }
+
+
 def write_hdf5(path: Path, arrays: dict, attrs: dict | None = None) -> Path:
     with h5py.File(path, "w") as file:
         for key, array in arrays.items():
@@ -143,6 +156,7 @@ def hopper(tmp_path_factory):
         "made_root": made_root,
         "hdf5": write_hdf5(folder / "hopper-episodes.hdf5", d4rl_arrays(episodes)),
         "npz": write_npz(folder / "hopper-episodes.npz", neorl_arrays(episodes)),
+        "npz2": write_npz(folder / "hopper-episodes-v2.npz", neorl2_arrays(episodes)),
         "folder": folder,
     }
 
@@ -159,6 +173,7 @@ def test_three_formats_load_identical_transitions(hopper, monkeypatch):
     loaded = {
         "d4rl-hdf5": load(hopper["hdf5"]),
         "neorl-npz": load(str(hopper["npz"])),
+        "neorl2-npz": load(str(hopper["npz2"])),
         "minari": load("minari:test/hopper/mixed-v0"),
     }
     for fmt, dataset in loaded.items():
@@ -170,7 +185,7 @@ def test_three_formats_load_identical_transitions(hopper, monkeypatch):
     # Reference scores: the dataset's own metadata, else D4RL's for a D4RL file of a known task.
     assert (loaded["minari"].info.ref_min_score, loaded["minari"].info.ref_max_score) == MINARI_REF
     spec = TASK_SPECS["hopper"]
-    assert loaded["d4rl-hdf5"].info.ref_max_score == spec.d4rl_ref_max_score
+    assert loaded["d4rl-hdf5"].info.ref_max_score == spec.ref_max_score
     assert loaded["minari"].info.action_low == (-1.0, -1.0, -1.0)
 
 
@@ -335,7 +350,8 @@ def test_hdf5_group_where_an_array_belongs(hopper, tmp_path):
 # --- bad NeoRL files ------------------------------------------------------------------------------
 
 BAD_NPZ = {
-    "missing index": (_drop("index"), ["'index' is missing", "expected the NeoRL keys"]),
+    "missing index": (_drop("index"), ["neither 'truncated' (NeoRL-2) nor 'index' (NeoRL) is present"]),
+    "missing done": (_drop("done"), ["key 'done' is missing", "expected the NeoRL-2 keys obs, next_obs, action"]),
     "index not from 0": (lambda a: a.update(index=a["index"] + 1), ["'index', position 0", "expected 0", "found 1"]),
     "index not increasing": (
         lambda a: a.update(index=a["index"][[0, 2, 1]]),
@@ -349,6 +365,32 @@ BAD_NPZ = {
     "unequal lengths": (lambda a: a.update(reward=a["reward"][:-2]), ["'reward'", "expected", "rows"]),
     "nan action": (_set("action", 11, np.nan, 1), ["'action', row 11", "finite", "nan"]),
 }
+
+
+def _truncate_the_terminal_row(arrays):
+    row = int(np.flatnonzero(arrays["done"])[0])  # the first episode ends by `done` (a fall)
+    arrays["truncated"][row] = 1.0
+
+
+BAD_NPZ2 = {
+    "done and truncated on one row": (_truncate_the_terminal_row, ["'done' and 'truncated' are both set"]),
+    "truncated not a flag": (_set("truncated", 2, 0.5), ["'truncated', row 2", "expected a boolean (0 or 1)"]),
+    "short truncated": (lambda a: a.update(truncated=a["truncated"][:-1]), ["'truncated'", "rows"]),
+}
+
+
+@pytest.mark.parametrize("case", list(BAD_NPZ2))
+def test_bad_neorl2_file_raises_dataset_error(case, hopper, tmp_path):
+    mutate, needles = BAD_NPZ2[case]
+    arrays = neorl2_arrays(hopper["episodes"])
+    mutate(arrays)
+    path = write_npz(tmp_path / "hopper-bad-v2.npz", arrays)
+    with pytest.raises(DatasetError) as caught:
+        load(path)
+    message = str(caught.value)
+    assert message.startswith(f"{path}: "), message
+    for needle in needles:
+        assert needle in message, (needle, message)
 
 
 @pytest.mark.parametrize("case", list(BAD_NPZ))

@@ -128,7 +128,7 @@ def test_normalized_score_uses_the_datasets_reference_then_d4rls():
     hopper = TASKS["hopper"]
 
     d4rl = evaluate(numpy_policy, "hopper", **kwargs)
-    expected = 100.0 * (d4rl.mean - hopper.d4rl_ref_min_score) / (hopper.d4rl_ref_max_score - hopper.d4rl_ref_min_score)
+    expected = 100.0 * (d4rl.mean - hopper.ref_min_score) / (hopper.ref_max_score - hopper.ref_min_score)
     assert d4rl.normalized_score == pytest.approx(expected, rel=1e-12)
 
     own = evaluate(numpy_policy, "hopper", ref_min_score=0.0, ref_max_score=2 * d4rl.mean, **kwargs)

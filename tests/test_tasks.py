@@ -15,6 +15,9 @@ from mbrl.core.errors import ConfigError
 from mbrl.core.types import TASK_SPECS
 
 TRANSITIONS_PER_TASK = 5_000
+# The MuJoCo benchmarks, whose health checks are tested against the env's own `is_healthy`; NeoRL-2's tasks are
+# tested against their released files in tests/test_neorl2_*.py.
+MUJOCO_TASKS = sorted(name for name, task in TASKS.items() if task.suite == "mujoco")
 
 
 def _collect(task: Task, seed: int) -> dict[str, np.ndarray]:
@@ -60,7 +63,7 @@ def _collect(task: Task, seed: int) -> dict[str, np.ndarray]:
     }
 
 
-@pytest.fixture(scope="module", params=sorted(TASKS))
+@pytest.fixture(scope="module", params=MUJOCO_TASKS)
 def rollout(request):
     task = TASKS[request.param]
     return task, _collect(task, seed=1000)
@@ -142,7 +145,7 @@ def test_healthy_boundaries_agree_with_the_env(task_name, index, bound):
     assert np.array_equal(np.asarray(task.termination_fn(obs, action, obs)), expected)
 
 
-@pytest.mark.parametrize("task_name", sorted(TASKS))
+@pytest.mark.parametrize("task_name", MUJOCO_TASKS)
 def test_a_non_finite_state_is_judged_as_the_env_judges_it(task_name):
     task = TASKS[task_name]
     env = task.make_env()
@@ -198,3 +201,65 @@ def test_task_for_env_id():
     assert task_for_env_id("Ant-v4") is None  # another obs layout (no contact forces by default)
     assert task_for_env_id("Pendulum-v1") is None
     assert task_for_env_id("not an id") is None
+
+
+NEORL2_TASKS = [name for name, spec in TASK_SPECS.items() if spec.suite == "neorl2"]
+
+
+@pytest.mark.parametrize("task_name", NEORL2_TASKS)
+def test_neorl2_tasks_are_entries_with_their_rules_names_and_simulator(task_name):
+    task = get_task(task_name.lower())  # names are found whatever their case
+    assert task.name == task_name and task.reward_fn is not None and task.termination_fn is not None
+    assert len(task.obs_names) == task.obs_dim and len(task.act_names) == task.act_dim
+    assert task_for_env_id(task.env_id) is task and task.env_id.startswith("NeoRL2/")
+    obs = np.zeros((2, 3, task.obs_dim), np.float32)  # leading axes are kept
+    action = np.zeros((2, 3, task.act_dim), np.float32)
+    assert task.reward_fn(obs, action, obs).shape == (2, 3) and task.termination_fn(obs, action, obs).shape == (2, 3)
+
+
+def test_a_task_registered_later_is_an_entry_like_the_others(tmp_path):
+    """The registry is open: a robot's task (spec and rules) registers, then its data load for it."""
+    from envs.tasks import make_task, register
+    from mbrl.core.types import TaskSpec
+    from mbrl.datasets import load
+
+    spec = TaskSpec("test-arm", None, 2, 1, -0.5, 0.5, 50, ref_min_score=0.0, ref_max_score=10.0, suite="robot")
+    task = register(make_task(spec, reward_fn=lambda obs, action, next_obs: -jnp.abs(next_obs[..., 0])))
+    try:
+        assert get_task("test-arm") is task and not task.has_env
+        with pytest.raises(ConfigError, match="has no simulator"):
+            task.make_env()
+        rows = 6
+        np.savez(tmp_path / "arm.npz", obs=np.ones((rows, 2), np.float32), next_obs=np.ones((rows, 2), np.float32),
+                 action=np.full((rows, 1), 0.4, np.float32), reward=np.ones(rows, np.float32),
+                 done=np.zeros(rows, np.float32), truncated=np.array([0, 0, 1, 0, 0, 1], np.float32))
+        dataset = load(tmp_path / "arm.npz", task="test-arm")
+        assert dataset.info.task == "test-arm" and dataset.info.action_high == (0.5,)
+        assert dataset.info.ref_max_score == 10.0 and dataset.num_episodes == 2
+        with pytest.raises(ValueError, match="already registered"):
+            register(make_task(dataclasses.replace(spec, act_dim=2)))
+    finally:
+        TASKS.pop("test-arm")
+        TASK_SPECS.pop("test-arm")
+
+
+LOWER_LAYERS = ("agents", "world_models")
+PROGRAM_MODULES = ("mbrl/train.py", "mbrl/imagination.py", "mbrl/evaluate.py", "mbrl/export_run.py", "mbrl/finetune.py")
+
+
+def test_no_task_is_named_by_the_agents_the_world_models_or_the_training_program():
+    """Tasks are data: agents, world models and the program that wires them never name one. Presets are the
+    exception by design, data keyed by dataset (hopper-medium) or, for NeoRL-2's one-dataset tasks, by task."""
+    import ast
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    names = {name.lower() for name in TASK_SPECS}
+    files = [p for layer in LOWER_LAYERS for p in (root / layer).rglob("*.py") if not p.name.endswith("presets.py")]
+    files += [root / p for p in PROGRAM_MODULES]
+    found = []
+    for path in files:
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value.lower() in names:
+                found.append(f"{path.relative_to(root)}:{node.lineno} {node.value!r}")
+    assert not found, found

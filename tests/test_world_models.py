@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 from mbrl.core.errors import DatasetError, UserError
-from mbrl.core.types import Transitions
+from mbrl.core.types import DatasetInfo, OfflineDataset, Transitions
 from world_models.ensemble import EnsembleConfig, GaussianEnsemble
 from world_models.fit import FitConfig, fit_ensemble, fit_world_model, member_holdout_mse
 from world_models.metrics import holdout_metrics, open_loop_errors
@@ -268,6 +268,36 @@ def test_step_terminal_comes_from_the_termination_fn(fitted, holdout):
     out = _step(model, jax.random.PRNGKey(0), jnp.asarray(holdout.obs), jnp.asarray(holdout.action))
     np.testing.assert_array_equal(out.terminal, np.asarray(out.next_obs)[:, 0] > 0.0)
     assert 0 < int(out.terminal.sum()) < len(holdout)
+
+
+def test_step_reward_comes_from_the_task_reward_fn(fitted, holdout):
+    model = fitted.model.with_reward_fn(lambda obs, action, next_obs: -jnp.sum((next_obs - obs) ** 2, -1) + action[:, 0])
+    obs, act = jnp.asarray(holdout.obs), jnp.asarray(holdout.action)
+    out = _step(model, jax.random.PRNGKey(0), obs, act)
+    expected = -np.sum((np.asarray(out.next_obs) - holdout.obs) ** 2, -1) + holdout.action[:, 0]
+    np.testing.assert_allclose(out.reward, expected, rtol=1e-5, atol=1e-6)
+    learned = _step(fitted.model, jax.random.PRNGKey(0), obs, act)  # same key: same next obs, learned reward
+    np.testing.assert_array_equal(learned.next_obs, out.next_obs)
+    assert not np.allclose(learned.reward, out.reward)
+
+
+def test_held_out_data_is_the_holdout_and_every_training_row_is_fitted(data):
+    """A dataset with a -val file (NeoRL-2) is not cut: the holdout and eval episodes come from the val data."""
+    def dataset(t: Transitions, name: str) -> OfflineDataset:
+        info = DatasetInfo(name=name, source=name, format="neorl2-npz", task=None, obs_dim=OBS_DIM, act_dim=ACT_DIM)
+        return OfflineDataset(transitions=t, episode_starts=np.arange(0, len(t), 100), info=info)
+
+    val = linear_system(1000, seed=9)
+    train = dataset(data.slice(np.arange(2000)), "train")
+    train.heldout = dataset(val, "val")
+    config = FitConfig(max_epochs=2, batch_size=256, max_holdout=300, eval_episodes=2, seed=0)
+    model = fit_world_model(train, config=CONFIG, fit_config=config, progress=False).model
+    assert model.info.holdout_from == "heldout" and len(model.info.holdout_rows) == 180  # 20% of the val rows outside the eval episode
+    assert max(model.info.holdout_rows) < len(val) and len(model.info.eval_episodes) == 1  # a tenth of 10 episodes
+    held = val.slice(np.asarray(model.info.holdout_rows))
+    recomputed = member_holdout_mse(model.network, model.params, model.input_norm.normalize(
+        jnp.concatenate([held.obs, held.action], -1)), model.target_norm.normalize(jnp.asarray(targets_of(held))))
+    np.testing.assert_allclose(recomputed, model.info.holdout_mse, rtol=1e-4)
 
 
 # -------------------------------------------------------------------------------------------------

@@ -363,26 +363,38 @@ def fit_world_model(
     config: EnsembleConfig = EnsembleConfig(),
     fit_config: FitConfig = FitConfig(),
     termination_fn=None,
+    reward_fn=None,
     source: str | None = None,
     task: str | None = None,
     progress: bool = True,
 ) -> FitResult:
-    """Validate, split, fit and wrap the result in a `WorldModel` that records the split."""
+    """Validate, split, fit and wrap the result in a `WorldModel` that records the split.
+
+    A dataset with held-out data (`OfflineDataset.heldout`, a NeoRL-2 `-val` file) is fitted on every row;
+    the holdout and the eval episodes come from the held-out data instead."""
+    heldout = None
     if isinstance(data, OfflineDataset):
         transitions, episode_starts = data.transitions, np.asarray(data.episode_starts)
         source = source or data.info.source
         task = task or data.info.task
+        heldout = data.heldout
     else:
         transitions, episode_starts = data, None
     source = source or "dataset"
     check_shapes(transitions, source)
     check_finite(transitions, source)
     rng = np.random.default_rng(fit_config.seed)
-    train_rows, holdout_rows, eval_episodes = split_rows(len(transitions), episode_starts, fit_config, rng)
+    if heldout is not None:
+        check_shapes(heldout.transitions, heldout.info.source)
+        _, holdout_rows, eval_episodes = split_rows(len(heldout), np.asarray(heldout.episode_starts), fit_config, rng)
+        train, holdout = transitions, heldout.transitions.slice(holdout_rows)
+    else:
+        train_rows, holdout_rows, eval_episodes = split_rows(len(transitions), episode_starts, fit_config, rng)
+        train, holdout = transitions.slice(train_rows), transitions.slice(holdout_rows)
     start = time.perf_counter()
     params, input_norm, target_norm, elites, best_mse, history, stop_reason = fit_ensemble(
-        transitions.slice(train_rows),
-        transitions.slice(holdout_rows),
+        train,
+        holdout,
         obs_dim=transitions.obs_dim,
         config=config,
         fit_config=fit_config,
@@ -394,6 +406,7 @@ def fit_world_model(
         num_transitions=len(transitions),
         holdout_rows=tuple(int(r) for r in holdout_rows),
         eval_episodes=tuple(int(e) for e in eval_episodes),
+        holdout_from="heldout" if heldout is not None else "",
         holdout_mse=tuple(float(m) for m in best_mse),
         epochs=len(history),
         fit_seconds=round(time.perf_counter() - start, 3),
@@ -410,6 +423,7 @@ def fit_world_model(
         act_dim=transitions.act_dim,
         info=info,
         termination_fn=termination_fn,
+        reward_fn=reward_fn,
     )
     return FitResult(model=model, history=history, stop_reason=stop_reason)
 

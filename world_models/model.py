@@ -52,6 +52,9 @@ class ModelInfo:
     num_transitions: int = 0
     holdout_rows: tuple[int, ...] = ()  # dataset rows used as the holdout
     eval_episodes: tuple[int, ...] = ()  # dataset episodes kept out of fitting entirely
+    # "heldout": holdout rows and eval episodes index the dataset's held-out data (a NeoRL-2 -val file), and
+    # every training row was fitted; "" : they index the dataset itself.
+    holdout_from: str = ""
     holdout_episodes: tuple[int, ...] = ()  # whole episodes used as the holdout (the recurrent model)
     holdout_mse: tuple[float, ...] = ()  # per member, standardised target units
     epochs: int = 0
@@ -83,6 +86,8 @@ class WorldModel:
     info: ModelInfo = struct.field(pytree_node=False, default=ModelInfo())
     # jnp fn (obs, action, next_obs) -> (B,) bool; None uses the learned head, or never terminates.
     termination_fn: Callable | None = struct.field(pytree_node=False, default=None)
+    # jnp fn (obs, action, next_obs) -> (B,) reward, the task's own rule; None uses the learned reward.
+    reward_fn: Callable | None = struct.field(pytree_node=False, default=None)
 
     @property
     def num_members(self) -> int:
@@ -124,7 +129,7 @@ class WorldModel:
         measure = get_measure(uncertainty)  # an unknown name fails before any computation
         means, stds, term_logit = self._forward(obs, action)
         return sample_step(key, obs, action, means, stds, term_logit, member, self.elites, self.termination_fn,
-                           deterministic, measure)
+                           deterministic, measure, reward_fn=self.reward_fn)
 
     def initial_carry(self, batch: int):
         """A Markov model has no memory: its carry is empty."""
@@ -133,6 +138,9 @@ class WorldModel:
     def with_termination_fn(self, termination_fn: Callable | None) -> WorldModel:
         return self.replace(termination_fn=termination_fn)
 
+    def with_reward_fn(self, reward_fn: Callable | None) -> WorldModel:
+        return self.replace(reward_fn=reward_fn)
+
     # -----------------------------------------------------------------------------------------
     # Persistence (`save_model_dir`)
 
@@ -140,7 +148,8 @@ class WorldModel:
         return save_model_dir(self, path, FORMAT, FORMAT_VERSION)
 
     @classmethod
-    def load(cls, path: str | os.PathLike, termination_fn: Callable | None = None) -> WorldModel:
+    def load(cls, path: str | os.PathLike, termination_fn: Callable | None = None,
+             reward_fn: Callable | None = None) -> WorldModel:
         path = Path(path).absolute()
         meta = read_model_meta(path, FORMAT, FORMAT_VERSION)
         try:
@@ -154,7 +163,7 @@ class WorldModel:
         except (KeyError, TypeError) as exc:
             raise UserError(f"{path / 'model.json'}: missing or malformed field {exc}") from None
         return cls(**restore_model_arrays(path), config=config, obs_dim=obs_dim, act_dim=act_dim, info=info,
-                   termination_fn=termination_fn)
+                   termination_fn=termination_fn, reward_fn=reward_fn)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -225,9 +234,10 @@ def restore_model_arrays(path: Path) -> dict:
 
 
 def sample_step(key, obs, action, means, stds, term_logit, member, elites, termination_fn, deterministic, measure,
-                carry=()) -> StepOutput:
+                carry=(), reward_fn=None) -> StepOutput:
     """One step from every member's Gaussian over (Δobs, reward) in raw units, (M, B, obs_dim + 1): each
-    sample takes its member's prediction (None: a random elite per sample), mean or sampled; the terminal from
+    sample takes its member's prediction (None: a random elite per sample), mean or sampled; the reward from
+    the task's `reward_fn` of the predicted next obs, else the prediction; the terminal from
     `termination_fn`, else the learned logits (M, B), else never; the uncertainty from all members."""
     obs_dim = obs.shape[-1]
     batch = obs.shape[0]
@@ -240,6 +250,8 @@ def sample_step(key, obs, action, means, stds, term_logit, member, elites, termi
     prediction = mean if deterministic else mean + std * jax.random.normal(noise_key, mean.shape, mean.dtype)
     next_obs = obs + prediction[:, :obs_dim]
     reward = prediction[:, obs_dim]
+    if reward_fn is not None:
+        reward = jnp.asarray(reward_fn(obs, action, next_obs), reward.dtype).reshape(batch)
     if termination_fn is not None:
         terminal = jnp.asarray(termination_fn(obs, action, next_obs), bool).reshape(batch)
     elif term_logit is not None:
@@ -268,5 +280,5 @@ def save(model: WorldModel, path: str | os.PathLike) -> Path:
     return model.save(path)
 
 
-def load(path: str | os.PathLike, termination_fn: Callable | None = None) -> WorldModel:
-    return WorldModel.load(path, termination_fn)
+def load(path: str | os.PathLike, termination_fn: Callable | None = None, reward_fn: Callable | None = None) -> WorldModel:
+    return WorldModel.load(path, termination_fn, reward_fn)

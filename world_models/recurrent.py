@@ -184,6 +184,7 @@ class RecurrentWorldModel:
     act_dim: int = struct.field(pytree_node=False)
     info: ModelInfo = struct.field(pytree_node=False, default=ModelInfo())
     termination_fn: Callable | None = struct.field(pytree_node=False, default=None)
+    reward_fn: Callable | None = struct.field(pytree_node=False, default=None)  # as WorldModel's
 
     @property
     def num_members(self) -> int:
@@ -242,10 +243,13 @@ class RecurrentWorldModel:
         carry = gru_step(self.params, carry, x)
         means, stds, term_logit = self.predict(carry[..., -1, :], x)
         return sample_step(key, obs, action, means, stds, term_logit, member, self.elites, self.termination_fn,
-                           deterministic, measure, carry)
+                           deterministic, measure, carry, reward_fn=self.reward_fn)
 
     def with_termination_fn(self, termination_fn: Callable | None) -> RecurrentWorldModel:
         return self.replace(termination_fn=termination_fn)
+
+    def with_reward_fn(self, reward_fn: Callable | None) -> RecurrentWorldModel:
+        return self.replace(reward_fn=reward_fn)
 
     # -----------------------------------------------------------------------------------------
     # Persistence: as the MLP ensemble's (`world_models.model.save_model_dir`)
@@ -254,7 +258,8 @@ class RecurrentWorldModel:
         return save_model_dir(self, path, FORMAT, FORMAT_VERSION)
 
     @classmethod
-    def load(cls, path: str | os.PathLike, termination_fn: Callable | None = None) -> RecurrentWorldModel:
+    def load(cls, path: str | os.PathLike, termination_fn: Callable | None = None,
+             reward_fn: Callable | None = None) -> RecurrentWorldModel:
         path = Path(path).absolute()
         meta = read_model_meta(path, FORMAT, FORMAT_VERSION)
         try:
@@ -271,18 +276,19 @@ class RecurrentWorldModel:
         for name, count in (("gru", config.gru_layers), ("heads", len(config.head_hidden) + 1)):
             layers = params[name]
             params[name] = [layers[str(i)] if isinstance(layers, dict) else layers[i] for i in range(count)]
-        return cls(**arrays, config=config, obs_dim=obs_dim, act_dim=act_dim, info=info, termination_fn=termination_fn)
+        return cls(**arrays, config=config, obs_dim=obs_dim, act_dim=act_dim, info=info, termination_fn=termination_fn,
+                   reward_fn=reward_fn)
 
 
-def load_model(path: str | os.PathLike, termination_fn: Callable | None = None):
+def load_model(path: str | os.PathLike, termination_fn: Callable | None = None, reward_fn: Callable | None = None):
     """A saved world model of either kind, by the format its model.json names."""
     from world_models.model import FORMAT as MLP_FORMAT
     from world_models.model import WorldModel
 
     meta = read_model_meta(Path(path))
     if meta.get("format") == FORMAT:
-        return RecurrentWorldModel.load(path, termination_fn)
+        return RecurrentWorldModel.load(path, termination_fn, reward_fn)
     if meta.get("format") == MLP_FORMAT:
-        return WorldModel.load(path, termination_fn)
+        return WorldModel.load(path, termination_fn, reward_fn)
     raise UserError(f"{Path(path) / 'model.json'}: field 'format' is {meta.get('format')!r}; expected "
                     f"{MLP_FORMAT!r} or {FORMAT!r}")

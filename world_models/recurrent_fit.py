@@ -232,6 +232,7 @@ def fit_recurrent_model(
     config: RecurrentConfig = RecurrentConfig(),
     fit_config: RecurrentFitConfig = RecurrentFitConfig(),
     termination_fn=None,
+    reward_fn=None,
     source: str | None = None,
     task: str | None = None,
     progress: bool = True,
@@ -312,7 +313,8 @@ def fit_recurrent_model(
     model = RecurrentWorldModel(
         params=best_params, input_norm=input_norm, target_norm=target_norm,
         elites=jnp.arange(config.num_heads, dtype=jnp.int32), config=config, obs_dim=transitions.obs_dim,
-        act_dim=transitions.act_dim, info=info, termination_fn=termination_fn)
+        act_dim=transitions.act_dim, info=info, termination_fn=termination_fn,
+        reward_fn=reward_fn)
     return FitResult(model=model, history=history, stop_reason=stop_reason)
 
 

@@ -1,6 +1,7 @@
 """The adapter for a robot URI, shared by `mbrl deploy` and `mbrl finetune`.
 
     mujoco:ENV_ID     a Gymnasium MuJoCo env in this process (`envs.robots.mujoco`)
+    sim:TASK          the simulator of a registered task (sim:DMSD, sim:hopper), as mujoco: with its env id
     udp://HOST:PORT   a robot speaking the UDP protocol (`envs.robots.udp`; `python -m envs.robots.sim_server`)
     ros2:PREFIX       a robot on ROS 2 topics under PREFIX: over DDS with cyclonedds (`envs.robots.dds`;
                       `python -m envs.robots.dds_sim`), or through rclpy with `ros2_backend="rclpy"`
@@ -38,6 +39,13 @@ def make_robot(uri: str, *, obs_dim: int, action_low, action_high, obs_timeout: 
                ros2_backend: str = "dds"):
     """The adapter for `uri`. `obs_dim` and the action bounds describe what the controller expects (ROS 2 topics
     do not advertise sizes); `obs_timeout` is how long a networked robot's `observe` waits for a new one."""
+    if uri.startswith("sim:"):
+        from envs.tasks import get_task
+
+        task = get_task(uri.removeprefix("sim:"))
+        if task.env_id is None:
+            raise ConfigError(f"--robot {uri!r}: task {task.name!r} has no simulator")
+        uri = f"mujoco:{task.env_id}"
     if uri.startswith("mujoco:"):
         from envs.robots.mujoco import MujocoRobot
 
@@ -67,7 +75,7 @@ def make_robot(uri: str, *, obs_dim: int, action_low, action_high, obs_timeout: 
         from envs.robots.dds import DdsRobot
 
         return DdsRobot(prefix, obs_dim, low, high, obs_timeout=obs_timeout)
-    raise ConfigError(f"--robot {uri!r}: unknown robot; expected mujoco:ENV_ID, udp://HOST:PORT or ros2:PREFIX")
+    raise ConfigError(f"--robot {uri!r}: unknown robot; expected sim:TASK, mujoco:ENV_ID, udp://HOST:PORT or ros2:PREFIX")
 
 
 def check_fit(robot, policy: str, obs_dim: int, act_dim: int, action_low, action_high) -> tuple[np.ndarray, np.ndarray]:

@@ -27,6 +27,8 @@ class DdsSim:
     def __init__(self, env_id: str, prefix: str, max_episode_steps: int | None = None, stop_after: int | None = None,
                  log_path: str | None = None):
         import gymnasium
+
+        import envs.tasks  # noqa: F401  registers the tasks' Gymnasium ids (NeoRL2/DMSD-v0, ...)
         from cyclonedds.core import InstanceState, ReadCondition, SampleState, ViewState, WaitSet
         from cyclonedds.domain import DomainParticipant
         from cyclonedds.pub import DataWriter

@@ -53,6 +53,8 @@ def _names(env, obs_dim: int, act_dim: int) -> tuple[list[str], list[str]]:
 def _make(env_id: str, **kwargs):
     import gymnasium
 
+    import envs.tasks  # noqa: F401  registers the tasks' Gymnasium ids (NeoRL2/DMSD-v0, ...)
+
     try:
         return gymnasium.make(env_id, **kwargs)
     except gymnasium.error.Error as exc:
@@ -184,13 +186,15 @@ class MujocoRobot:
         self._history.append((np.asarray(obs, np.float64), time.monotonic(), self._seq, float(reward), terminated, truncated))
         return sent
 
-    def snapshot(self) -> dict:
+    def snapshot(self) -> dict | None:
         """The episode in progress as plain values: MuJoCo's whole integration state, the time limit's counter,
         the latency and delay queues and the noise generator, so that `restore` continues it bit for bit
         (an exact resume of fine-tuning mid-episode)."""
         import mujoco
 
         raw = self._env().unwrapped
+        if not hasattr(raw, "model") or not hasattr(raw, "data"):
+            return None  # not a MuJoCo simulation (DMSD, Simglucose): a resume starts a new episode
         spec = mujoco.mjtState.mjSTATE_INTEGRATION
         mj_state = np.empty(mujoco.mj_stateSize(raw.model, spec), np.float64)
         mujoco.mj_getState(raw.model, raw.data, mj_state, spec)

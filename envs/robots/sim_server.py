@@ -28,6 +28,8 @@ class SimServer:
                  stop_after: int | None = None, log_path: str | None = None):
         import gymnasium
 
+        import envs.tasks  # noqa: F401  registers the tasks' Gymnasium ids (NeoRL2/DMSD-v0, ...)
+
         kwargs = {} if max_episode_steps is None else {"max_episode_steps": max_episode_steps}
         self.env = gymnasium.make(env_id, **kwargs)
         self.low = self.env.action_space.low.astype(np.float64)

@@ -18,9 +18,10 @@ from mbrl.datasets import FORMATS, SAMPLE_PATH, load
 @dataclasses.dataclass(frozen=True)
 class InfoArgs:
     source: Annotated[tyro.conf.Positional[str], tyro.conf.arg(metavar="SOURCE")]
-    """A .hdf5 (D4RL layout) or .npz (NeoRL layout) file, minari:DATASET_ID, or a made dataset such as hopper-medium."""
+    """A .hdf5 (D4RL layout) or .npz (NeoRL / NeoRL-2 layout) file, minari:DATASET_ID, neorl2:TASK, or a made
+    dataset such as hopper-medium."""
     task: Annotated[str | None, tyro.conf.arg(metavar="TASK")] = None
-    """The task the data comes from (hopper, halfcheetah, walker2d, ant); checks its dims and action space."""
+    """The task the data comes from (a name of `mbrl data list`'s tasks); checks its dims and action space."""
     clip_actions: bool = False
     """Clip actions into the action space instead of refusing actions outside it."""
 
@@ -60,8 +61,11 @@ def info(args: InfoArgs) -> int:
     if normalized is None:
         table.add_row("normalized score", "unknown (no reference scores for this dataset)")
     else:
-        table.add_row("normalized score", _stats(normalized, "{:.1f}"))
+        table.add_row("normalized score", _stats(normalized, "{:.2f}"))
         table.add_row("reference scores", f"min {meta.ref_min_score:g}, max {meta.ref_max_score:g}")
+    if dataset.heldout is not None:
+        held = dataset.heldout
+        table.add_row("held-out data", f"{held.info.source}: {len(held):,} transitions, {held.num_episodes:,} episodes")
     Console(highlight=False).print(table)
     return 0
 
@@ -80,6 +84,21 @@ def list_datasets(args: ListArgs) -> int:
         made.add_row(task, *(_made_cell(task, level) for level in registry.LEVELS))
     console.print(made)
     console.print("make one with `mbrl data make TASK-LEVEL` (for example `mbrl data make hopper-medium`)")
+
+    from mbrl.datasets import neorl2_files
+
+    console.print()
+    neorl2 = Table(title=f"NeoRL-2 datasets (neorl2:TASK) in {neorl2_files.neorl2_dir()}", title_justify="left")
+    for column in ("task", "train", "val"):
+        neorl2.add_column(column, style="bold" if column == "task" else None)
+    for task in neorl2_files.neorl2_tasks():
+        cells = []
+        for split in neorl2_files.SPLITS:
+            files = neorl2_files.split_files(neorl2_files.neorl2_dir(), task, split)
+            cells.append(", ".join(p.name for p in files) or "-")
+        neorl2.add_row(task, *cells)
+    console.print(neorl2)
+    console.print("download NeoRL-2's released TASK-train.npz and TASK-val.npz files there (see the README)")
 
     from mbrl.datasets.minari_io import minari_root
 

@@ -34,5 +34,9 @@ def export(args: ExportArgs) -> int:
         print(f"onnxruntime vs JAX: max |Δaction| {worst:.1e} over episodes of random and out-of-range observations")
     else:
         print(f"onnxruntime vs JAX: max |Δaction| {worst:.1e} on random and out-of-range observations")
-    print(f"deploy it: mbrl deploy {out} --robot mujoco:{spec.env_id or 'ENV_ID'}   (or udp://HOST:PORT, ros2:PREFIX)")
+    from envs.tasks import task_for_env_id
+
+    task = task_for_env_id(spec.env_id) if spec.env_id else None
+    robot = f"sim:{task.name}" if task is not None else f"mujoco:{spec.env_id or 'ENV_ID'}"
+    print(f"deploy it: mbrl deploy {out} --robot {robot}   (or udp://HOST:PORT, ros2:PREFIX)")
     return 0

@@ -74,12 +74,13 @@ class EvalArgs:
     """Print one JSON object instead of tables."""
 
 
-def _termination_fn(task: str | None):
+def _task_fns(task: str | None) -> dict:
+    """The task's reward and termination functions, for the model's imagined steps."""
     if task is None:
-        return None
+        return {}
     from envs.tasks import get_task
 
-    return get_task(task).termination_fn
+    return get_task(task).model_fns()
 
 
 def _absolute_source(source: str) -> str:
@@ -106,7 +107,8 @@ def fit(args: FitArgs) -> int:
     config = config_io.override(arch_class(), given.get(arch_name, {}), arch_name)  # checked before the load
     dataset = load(args.dataset, task=args.task, clip_actions=args.clip_actions)
     task = args.task or dataset.info.task
-    termination_fn = _termination_fn(task)
+    task_fns = _task_fns(task)
+    termination_fn = task_fns.get("termination_fn")
     if "learned_termination" not in given.get(arch_name, {}):
         learned = termination_fn is None and bool(dataset.transitions.terminal.any())
         config = dataclasses.replace(config, learned_termination=learned)
@@ -120,19 +122,20 @@ def fit(args: FitArgs) -> int:
     console.print(
         f"fitting {shape} on {len(dataset):,} transitions of {dataset.info.name}"
         + (f", termination from task '{task}'" if termination_fn is not None else "")
+        + (f", reward from task '{task}'" if task_fns.get("reward_fn") is not None else "")
         + (", learned termination head" if config.learned_termination else "")
     )
     source = _absolute_source(args.dataset)
     if args.model == "mlp":
         from world_models.fit import fit_world_model
 
-        result = fit_world_model(dataset, config=config, fit_config=fit_config, termination_fn=termination_fn,
-                                 source=source, task=task, progress=args.progress)
+        result = fit_world_model(dataset, config=config, fit_config=fit_config, source=source, task=task,
+                                 progress=args.progress, **task_fns)
     else:
         from world_models.recurrent_fit import fit_recurrent_model
 
-        result = fit_recurrent_model(dataset, config=config, fit_config=fit_config, termination_fn=termination_fn,
-                                     source=source, task=task, progress=args.progress)
+        result = fit_recurrent_model(dataset, config=config, fit_config=fit_config, source=source, task=task,
+                                     progress=args.progress, **task_fns)
     path = result.model.save(out)
     info = result.model.info
     elites = [int(e) for e in np.asarray(result.model.elites)]
@@ -178,6 +181,11 @@ def evaluate(args: EvalArgs) -> int:
                 f"--compare {args.compare}: it keeps out episodes {list(compare.info.eval_episodes)}, {args.model_dir} "
                 f"keeps out {list(info.eval_episodes)}; fit both with the same seed and eval episodes so that neither "
                 "is scored on episodes it trained on")
+    if info.holdout_from == "heldout":
+        if dataset.heldout is None:
+            raise UserError(f"{args.model_dir}: the model was checked on {source}'s held-out data (its -val file), "
+                            "which is not beside it now")
+        dataset = dataset.heldout
     if recurrent:
         metrics, holdout_count = history_holdout_metrics(model, dataset.transitions, dataset.episode_starts,
                                                          info.holdout_episodes)

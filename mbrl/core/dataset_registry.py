@@ -15,7 +15,8 @@ from mbrl.core.types import TASK_SPECS
 
 # D4RL's dataset levels (Fu et al. 2020), in the order a user meets them.
 LEVELS: tuple[str, ...] = ("random", "medium", "medium-replay", "expert", "medium-expert")
-TASKS: tuple[str, ...] = tuple(TASK_SPECS)
+# The tasks with shipped behaviour policies (envs/behaviour), the only ones `mbrl data make` can make.
+TASKS: tuple[str, ...] = tuple(name for name, spec in TASK_SPECS.items() if spec.suite == "mujoco")
 NAMESPACE = "mbrl"
 VERSION = 0
 
@@ -41,7 +42,7 @@ def parse_name(name: str) -> tuple[str, str] | None:
     """`hopper-medium-replay` -> ("hopper", "medium-replay"); None when `name` is not a dataset name
     (a path, `minari:ID`, a typo): for callers that accept other sources too. See `task_level`."""
     task, _, level = str(name).partition("-")
-    if task in TASK_SPECS and level in LEVELS:
+    if task in TASKS and level in LEVELS:
         return task, level
     return None
 

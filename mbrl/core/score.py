@@ -14,7 +14,7 @@ def normalized_score(episode_return, ref_min_score: float, ref_max_score: float)
 
 def reference_scores(ref_min_score: float | None, ref_max_score: float | None, task=None) -> tuple[float, float] | None:
     """The (min, max) pair a score is normalized by: the given one (a dataset's own, or the caller's),
-    else the task's D4RL references (`task` is any object with `d4rl_ref_min_score` / `d4rl_ref_max_score`),
+    else the task's references (`task` is a TaskSpec or any object with `ref_min_score` / `ref_max_score`),
     else None."""
     if (ref_min_score is None) != (ref_max_score is None):
         raise ConfigError(
@@ -26,6 +26,6 @@ def reference_scores(ref_min_score: float | None, ref_max_score: float | None, t
                 f"reference scores: ref_max_score must exceed ref_min_score, found {ref_min_score!r} / {ref_max_score!r}"
             )
         return float(ref_min_score), float(ref_max_score)
-    if task is not None:
-        return float(task.d4rl_ref_min_score), float(task.d4rl_ref_max_score)
+    if task is not None and task.ref_min_score is not None and task.ref_max_score is not None:
+        return float(task.ref_min_score), float(task.ref_max_score)
     return None

@@ -88,7 +88,7 @@ class DatasetInfo:
 
     name: str
     source: str  # path or `minari:ID`
-    format: str  # "d4rl-hdf5" | "minari" | "neorl-npz"
+    format: str  # "d4rl-hdf5" | "minari" | "neorl-npz" | "neorl2-npz"
     task: str | None  # a key of envs.tasks.TASKS, when known
     obs_dim: int
     act_dim: int
@@ -117,6 +117,9 @@ class OfflineDataset:
     transitions: Transitions
     episode_starts: np.ndarray
     info: DatasetInfo
+    # Held-out episodes released beside the data (NeoRL-2's `-val` file): the model fit's holdout and the
+    # offline objective's data, so nothing is cut from the training set.
+    heldout: OfflineDataset | None = None
 
     def __len__(self) -> int:
         return len(self.transitions)
@@ -138,31 +141,72 @@ class OfflineDataset:
 
 @dataclasses.dataclass(frozen=True)
 class TaskSpec:
-    """Pure data about a task, usable without importing gymnasium or MuJoCo.
+    """Pure data about a task, usable without importing gymnasium or MuJoCo: a registry entry's spec.
 
-    `envs.tasks` adds the env factory and the termination function on top of this.
-    Reference returns are D4RL's (random / expert), used for D4RL-layout files; a dataset's own
-    metadata takes precedence where it has reference scores.
+    `envs.tasks` adds the optional reward and termination functions and the env factory on top of it.
+    `action_low`/`action_high` are one number for every dim or one per dim. Reference returns (a random
+    policy's and an expert's) normalize a score; a dataset's own metadata takes precedence where it has them.
+    `env_id` is the Gymnasium id that makes the task's simulator, None for a robot with no simulator.
     """
 
     name: str
-    env_id: str
+    env_id: str | None
     obs_dim: int
     act_dim: int
-    action_low: float
-    action_high: float
+    action_low: float | tuple[float, ...]
+    action_high: float | tuple[float, ...]
     max_episode_steps: int
-    d4rl_ref_min_score: float
-    d4rl_ref_max_score: float
+    ref_min_score: float | None = None
+    ref_max_score: float | None = None
+    control_hz: float | None = None
+    obs_names: tuple[str, ...] | None = None
+    act_names: tuple[str, ...] | None = None
+    suite: str = ""  # "mujoco", "neorl2", "robot": where the task comes from
+
+    def action_bounds(self) -> tuple[np.ndarray, np.ndarray]:
+        """(low, high), float32 arrays of act_dim."""
+        return (np.broadcast_to(np.asarray(self.action_low, np.float32), (self.act_dim,)).copy(),
+                np.broadcast_to(np.asarray(self.action_high, np.float32), (self.act_dim,)).copy())
 
 
-# D4RL reference scores: d4rl/infos.py (REF_MIN_SCORE / REF_MAX_SCORE), Fu et al. 2020.
-TASK_SPECS: dict[str, TaskSpec] = {
-    spec.name: spec
-    for spec in (
-        TaskSpec("hopper", "Hopper-v5", 11, 3, -1.0, 1.0, 1000, -20.272305, 3234.3),
-        TaskSpec("halfcheetah", "HalfCheetah-v5", 17, 6, -1.0, 1.0, 1000, -280.178953, 12135.0),
-        TaskSpec("walker2d", "Walker2d-v5", 17, 6, -1.0, 1.0, 1000, 1.629008, 4592.3),
-        TaskSpec("ant", "Ant-v5", 105, 8, -1.0, 1.0, 1000, -325.6, 3879.7),
-    )
-}
+# D4RL reference scores: d4rl/infos.py (REF_MIN_SCORE / REF_MAX_SCORE), Fu et al. 2020. Control rates: the
+# v5 envs' dt (Hopper and Walker2d 0.008 s, HalfCheetah 0.05 s, Ant 0.05 s).
+# NeoRL-2 (Gao et al. 2025, polixir/NeoRL2): dims and limits from its README and neorl2/__init__.py, reference
+# scores from neorl2/envs/info.py, action spaces from each env's `action_space`.
+_BUILTIN_SPECS = (
+    TaskSpec("hopper", "Hopper-v5", 11, 3, -1.0, 1.0, 1000, -20.272305, 3234.3, 125.0, suite="mujoco"),
+    TaskSpec("halfcheetah", "HalfCheetah-v5", 17, 6, -1.0, 1.0, 1000, -280.178953, 12135.0, 20.0, suite="mujoco"),
+    TaskSpec("walker2d", "Walker2d-v5", 17, 6, -1.0, 1.0, 1000, 1.629008, 4592.3, 125.0, suite="mujoco"),
+    TaskSpec("ant", "Ant-v5", 105, 8, -1.0, 1.0, 1000, -325.6, 3879.7, 20.0, suite="mujoco"),
+    TaskSpec("DMSD", "NeoRL2/DMSD-v0", 6, 2, -1.0, 1.0, 100, 30.60, 849.51, 5.0, suite="neorl2"),
+    TaskSpec("Pipeline", "NeoRL2/Pipeline-v0", 52, 1, -1.0, 1.0, 1000, -296.0, 751.0, suite="neorl2"),
+    TaskSpec("RocketRecovery", "NeoRL2/RocketRecovery-v0", 7, 2, -1.0, 1.0, 500, -176.0, 208.0, suite="neorl2"),
+    TaskSpec("RandomFrictionHopper", "NeoRL2/RandomFrictionHopper-v0", 13, 3, -1.0, 1.0, 1000, -3.0, 503.0, 125.0,
+             suite="neorl2"),
+    TaskSpec("SafetyHalfCheetah", "NeoRL2/SafetyHalfCheetah-v0", 18, 6, -1.0, 1.0, 1000, -283.0, 2507.0, 20.0,
+             suite="neorl2"),
+    TaskSpec("Simglucose", "NeoRL2/Simglucose-v0", 31, 1, -1.0, 1.0, 480, 9.75, 475.0, suite="neorl2"),
+)
+
+# The one registry of task specs, by name. Open: `register_spec` adds an entry (a robot a user declares).
+TASK_SPECS: dict[str, TaskSpec] = {spec.name: spec for spec in _BUILTIN_SPECS}
+
+
+def register_spec(spec: TaskSpec, replace: bool = False) -> TaskSpec:
+    """Add `spec` to TASK_SPECS; the same spec again is a no-op, another spec under a taken name a ValueError
+    unless `replace`."""
+    known = TASK_SPECS.get(spec.name)
+    if known is not None and known != spec and not replace:
+        raise ValueError(f"task {spec.name!r} is already registered with another spec")
+    TASK_SPECS[spec.name] = spec
+    return spec
+
+
+def find_spec(name: str | None) -> TaskSpec | None:
+    """The spec called `name`, case-insensitively ("dmsd" finds DMSD), else None."""
+    if not isinstance(name, str):
+        return None
+    if name in TASK_SPECS:
+        return TASK_SPECS[name]
+    folded = {key.lower(): spec for key, spec in TASK_SPECS.items()}
+    return folded.get(name.lower())

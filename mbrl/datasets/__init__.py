@@ -5,6 +5,7 @@
     dataset = load("walker2d-medium-v2.hdf5")            # D4RL layout
     dataset = load("minari:mujoco/hopper/expert-v0")     # a local Minari dataset (never downloaded)
     dataset = load("HalfCheetah-v3-L-1000.npz", task="halfcheetah")  # NeoRL layout
+    dataset = load("neorl2:DMSD")                        # NeoRL-2's released file, under $MBRL_DATA_DIR/neorl2/
 
 A lower module: it imports only `mbrl.core`, never envs, world models or agents. Names of made datasets
 are the one registry's, `mbrl.core.dataset_registry` (also reachable as `mbrl.datasets.registry`).
@@ -19,9 +20,11 @@ from mbrl.core.errors import DatasetError
 from mbrl.core.types import OfflineDataset
 
 MINARI_PREFIX = "minari:"
+NEORL2_PREFIX = "neorl2:"
 HDF5_SUFFIXES = (".hdf5", ".h5")
 NPZ_SUFFIXES = (".npz",)
-FORMATS = {"d4rl-hdf5": "D4RL-layout .hdf5", "neorl-npz": "NeoRL-layout .npz", "minari": "Minari dataset"}
+FORMATS = {"d4rl-hdf5": "D4RL-layout .hdf5", "neorl-npz": "NeoRL-layout .npz", "neorl2-npz": "NeoRL-2-layout .npz",
+           "minari": "Minari dataset"}
 
 # A tiny real Hopper-v5 dataset (random policy) shipped with the package: scripts/make_sample.py.
 SAMPLE_PATH = Path(__file__).parent / "samples" / "hopper-sample.hdf5"
@@ -30,13 +33,19 @@ SAMPLE_PATH = Path(__file__).parent / "samples" / "hopper-sample.hdf5"
 def load(source: str | Path, task: str | None = None, clip_actions: bool = False) -> OfflineDataset:
     """Read and validate a dataset; every problem with it is a `DatasetError` naming file, key and row.
 
-    `source`: a path to a `.hdf5` (D4RL layout) or `.npz` (NeoRL layout) file, a Minari dataset folder,
-    `minari:DATASET_ID` (under `$MINARI_DATASETS_PATH`), or the name of a made dataset such as
+    `source`: a path to a `.hdf5` (D4RL layout) or `.npz` (NeoRL or NeoRL-2 layout) file, a Minari dataset
+    folder, `minari:DATASET_ID` (under `$MINARI_DATASETS_PATH`), `neorl2:TASK` or `neorl2:TASK-val` (NeoRL-2's
+    released train or val file under `$MBRL_DATA_DIR/neorl2/`), or the name of a made dataset such as
     `hopper-medium` (under `$MBRL_DATA_DIR`). `task` (a key of `mbrl.core.types.TASK_SPECS`) checks the
     dims and supplies the action space; without it the task is inferred where that is unambiguous.
-    Actions outside the action space are refused unless `clip_actions`.
+    Actions outside the action space are refused unless `clip_actions`. A NeoRL-2 train file with its `-val`
+    file beside it gets that file as `heldout`.
     """
     text = str(source)
+    if text.startswith(NEORL2_PREFIX):
+        from mbrl.datasets import neorl2_files
+
+        return neorl2_files.load_named(text[len(NEORL2_PREFIX):], task=task, clip_actions=clip_actions)
     if text.startswith(MINARI_PREFIX):
         from mbrl.datasets.minari_io import load_minari_id
 
@@ -66,9 +75,9 @@ def load(source: str | Path, task: str | None = None, clip_actions: bool = False
 
         return load_hdf5(path, task=task, clip_actions=clip_actions)
     if suffix in NPZ_SUFFIXES:
-        from mbrl.datasets.neorl import load_npz
+        from mbrl.datasets import neorl2_files
 
-        return load_npz(path, task=task, clip_actions=clip_actions)
+        return neorl2_files.load_with_heldout(path, task=task, clip_actions=clip_actions)
     raise DatasetError(
         f"{text}: unknown file type '{path.suffix or '(none)'}'; "
         f"expected .hdf5/.h5 (D4RL layout) or .npz (NeoRL layout)"

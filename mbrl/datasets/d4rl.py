@@ -66,7 +66,7 @@ def load_hdf5(path: Path, task: str | None = None, clip_actions: bool = False) -
 
     ref_scores = _ref_scores_from_attrs(source, attrs)
     if ref_scores == (None, None):
-        ref_scores = validate.d4rl_ref_scores(task)
+        ref_scores = validate.task_ref_scores(task)
     return validate.finish(
         source=source,
         name=path.stem,

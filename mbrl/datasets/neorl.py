@@ -1,7 +1,14 @@
-"""NeoRL / NeoRL-2 `.npz` files: flat arrays plus `index`, the row where each episode starts.
+"""NeoRL and NeoRL-2 `.npz` files: flat arrays of transitions, two ways to mark episodes.
 
-NeoRL has one `done` flag (the environment ended the episode). An episode that ends without it was
-cut (a time limit, or the end of the data), so its last row becomes a timeout: bootstrap from it.
+NeoRL-2 (polixir/NeoRL2, the files as released): `obs`, `next_obs`, `action`, `reward`, `done`,
+`truncated`; an episode ends at a row where `done` (the environment ended it: no bootstrap) or
+`truncated` (cut by the time limit: bootstrap) is set, and the next row starts the next one.
+
+NeoRL (v1, polixir/NeoRL: `obs`, `next_obs`, `action`, `reward`, `done`, `index`, the row where each
+episode starts). It has one `done` flag, so an episode that ends without it was cut (a time limit, or the
+end of the data): its last row becomes a timeout.
+
+In both, the data's last row ends an episode; without a flag it is a timeout.
 """
 
 from __future__ import annotations
@@ -15,15 +22,19 @@ from mbrl.datasets import validate
 from mbrl.core.errors import DatasetError
 from mbrl.core.types import OfflineDataset, Transitions
 
-REQUIRED_KEYS = ("obs", "next_obs", "action", "reward", "done", "index")
-ROW_KEYS = REQUIRED_KEYS[:-1]
+ROW_KEYS = ("obs", "next_obs", "action", "reward", "done")
+EPISODE_KEYS = ("truncated", "index")  # NeoRL-2's, NeoRL's: a file has one of them
+REQUIRED_KEYS = ROW_KEYS + ("index",)  # NeoRL v1's layout, as its docs list it
 
 
-def load_npz(path: Path, task: str | None = None, clip_actions: bool = False) -> OfflineDataset:
+def load_npz(path: Path, task: str | None = None, clip_actions: bool = False, name: str | None = None,
+             task_hint: tuple[str | None, str] = (None, "")) -> OfflineDataset:
+    """`name`: what the dataset is called (default the file's stem); `task_hint`: a strong hint of its task
+    (from a `neorl2:TASK` name) and where it came from."""
     source = str(path)
     arrays = _read(path, source)
 
-    n = validate.check_lengths(source, {key: arrays[key] for key in ROW_KEYS})
+    n = validate.check_lengths(source, {key: arrays[key] for key in ROW_KEYS + _episode_key(arrays)})
     obs = validate.as_matrix(source, "obs", arrays["obs"])
     next_obs = validate.as_matrix(source, "next_obs", arrays["next_obs"])
     action = validate.as_matrix(source, "action", arrays["action"])
@@ -35,6 +46,7 @@ def load_npz(path: Path, task: str | None = None, clip_actions: bool = False) ->
         task,
         obs.shape[1],
         action.shape[1],
+        strong_hint=task_hint,
         weak_hint=(validate.task_from_text(path.stem), "the file name"),
         obs_key="obs",
         act_key="action",
@@ -47,19 +59,32 @@ def load_npz(path: Path, task: str | None = None, clip_actions: bool = False) ->
     for key, array in (("obs", obs), ("next_obs", next_obs), ("action", action), ("reward", reward)):
         validate.check_finite(source, key, array)
     done = validate.as_flags(source, "done", arrays["done"])
-    episode_starts = check_index(source, arrays["index"], n)
-    validate.check_episode_ends(source, "done", done, episode_starts)
 
-    episode_last = np.zeros(n, dtype=bool)
-    episode_last[episode_starts[1:] - 1] = True
-    episode_last[-1] = True
-    timeout = episode_last & ~done
+    if "truncated" in arrays:
+        truncated = validate.as_flags(source, "truncated", arrays["truncated"])
+        both = validate.first_true(done & truncated)
+        if both is not None:
+            raise DatasetError(f"{source}: row {both}: 'done' and 'truncated' are both set; expected at most one "
+                               "(an episode either ends or is cut)")
+        episode_starts = validate.episode_starts_from_ends(done | truncated)
+        timeout = truncated.copy()
+        fmt = "neorl2-npz"
+    else:
+        episode_starts = check_index(source, arrays["index"], n)
+        validate.check_episode_ends(source, "done", done, episode_starts)
+        episode_last = np.zeros(n, dtype=bool)
+        episode_last[episode_starts[1:] - 1] = True
+        timeout = episode_last & ~done
+        fmt = "neorl-npz"
+    timeout[-1] = not done[-1]  # the data's end cuts its last episode
 
+    if ref_scores == (None, None):
+        ref_scores = validate.task_ref_scores(task)
     transitions = Transitions.from_arrays(obs, action, reward, next_obs, done, timeout)
     return validate.finish(
         source=source,
-        name=path.stem,
-        fmt="neorl-npz",
+        name=name or path.stem,
+        fmt=fmt,
         task=task,
         transitions=transitions,
         episode_starts=episode_starts,
@@ -67,6 +92,10 @@ def load_npz(path: Path, task: str | None = None, clip_actions: bool = False) ->
         clip_actions=clip_actions,
         ref_scores=ref_scores,
     )
+
+
+def _episode_key(arrays: dict[str, np.ndarray]) -> tuple[str, ...]:
+    return ("truncated",) if "truncated" in arrays else ()
 
 
 def check_index(source: str, index: np.ndarray, n: int) -> np.ndarray:
@@ -107,13 +136,20 @@ def _read(path: Path, source: str) -> dict[str, np.ndarray]:
     try:
         with np.load(path, allow_pickle=False) as archive:
             present = set(archive.files)
-            for key in REQUIRED_KEYS:
+            found = ", ".join(sorted(present)) or "nothing"
+            for key in ROW_KEYS:
                 if key not in present:
                     raise DatasetError(
-                        f"{source}: key '{key}' is missing; expected the NeoRL keys {', '.join(REQUIRED_KEYS)} "
-                        f"(found: {', '.join(sorted(present)) or 'nothing'})"
+                        f"{source}: key '{key}' is missing; expected the NeoRL-2 keys {', '.join(ROW_KEYS)}, truncated "
+                        f"(or NeoRL's, with index instead of truncated) (found: {found})"
                     )
-            wanted = REQUIRED_KEYS + tuple(k for k in ("ref_min_score", "ref_max_score") if k in present)
+            episode_key = next((key for key in EPISODE_KEYS if key in present), None)
+            if episode_key is None:
+                raise DatasetError(
+                    f"{source}: neither 'truncated' (NeoRL-2) nor 'index' (NeoRL) is present; expected one of them to "
+                    f"mark where episodes end (found: {found})"
+                )
+            wanted = ROW_KEYS + (episode_key,) + tuple(k for k in ("ref_min_score", "ref_max_score") if k in present)
             arrays = {}
             for key in wanted:
                 try:

@@ -13,7 +13,7 @@ from collections.abc import Callable, Mapping
 import numpy as np
 
 from mbrl.core.errors import ConfigError, DatasetError
-from mbrl.core.types import TASK_SPECS, DatasetInfo, OfflineDataset, Transitions
+from mbrl.core.types import TASK_SPECS, DatasetInfo, OfflineDataset, Transitions, find_spec
 
 RowLabel = Callable[[int], str]
 
@@ -178,7 +178,7 @@ def task_from_text(text: str | None) -> str | None:
     if not text:
         return None
     tokens = set(re.split(r"[^a-z0-9]+", str(text).lower()))
-    found = [name for name in TASK_SPECS if name in tokens]
+    found = [name for name in TASK_SPECS if name.lower() in tokens]
     return found[0] if len(found) == 1 else None
 
 
@@ -200,8 +200,9 @@ def resolve_task(
     """
     hinted, hint_origin = strong_hint
     if task is not None:
-        if task not in TASK_SPECS:
+        if find_spec(task) is None:
             raise ConfigError(f"--task: unknown task '{task}'; expected one of {', '.join(TASK_SPECS)}")
+        task = find_spec(task).name
         if hinted is not None and hinted != task:
             raise DatasetError(f"{source}: {hint_origin} says task '{hinted}'; expected '{task}' as given by --task")
         origin = "--task"
@@ -245,11 +246,7 @@ def finish(
     `action_bounds` defaults to the task's action space; with neither, actions are not checked.
     """
     if action_bounds is None and task is not None:
-        spec = TASK_SPECS[task]
-        action_bounds = (
-            np.full(transitions.act_dim, spec.action_low, np.float32),
-            np.full(transitions.act_dim, spec.action_high, np.float32),
-        )
+        action_bounds = TASK_SPECS[task].action_bounds()
     if action_bounds is not None:
         low, high = (np.asarray(b, np.float32).reshape(-1) for b in action_bounds)
         if clip_actions:
@@ -280,8 +277,9 @@ def finish(
     return OfflineDataset(transitions=transitions, episode_starts=np.asarray(episode_starts, np.int64), info=info)
 
 
-def d4rl_ref_scores(task: str | None) -> tuple[float | None, float | None]:
+def task_ref_scores(task: str | None) -> tuple[float | None, float | None]:
+    """The task's own reference scores, for a file that carries none."""
     if task is None:
         return None, None
     spec = TASK_SPECS[task]
-    return spec.d4rl_ref_min_score, spec.d4rl_ref_max_score
+    return spec.ref_min_score, spec.ref_max_score

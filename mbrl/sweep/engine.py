@@ -322,7 +322,7 @@ class Sweep:
             from mbrl import datasets
             from mbrl.train import _reference_scores
 
-            dataset = datasets.load(self.settings.base.dataset)
+            dataset = datasets.load(self.settings.base.dataset, task=self.settings.base.task)
             task = TASKS.get(dataset.info.task) if dataset.info.task else None
             train, heldout = objectives.split_holdout(dataset, self.settings.holdout, seed=self.settings.base.seed)
             self._data = (train, heldout, task, _reference_scores(dataset, task))

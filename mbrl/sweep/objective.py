@@ -28,7 +28,10 @@ OBJECTIVES = ("sim", "offline")
 
 
 def split_holdout(dataset: OfflineDataset, fraction: float, seed: int = 0) -> tuple[OfflineDataset, Transitions | None]:
-    """The dataset without a random `fraction` of its episodes, and those episodes' transitions."""
+    """The dataset without a random `fraction` of its episodes, and those episodes' transitions; a dataset with
+    held-out data of its own (a NeoRL-2 `-val` file) keeps every episode and is checked on that data instead."""
+    if dataset.heldout is not None:
+        return dataset, dataset.heldout.transitions
     count = int(round(fraction * dataset.num_episodes))
     if count == 0 or dataset.num_episodes < 2:
         return dataset, None
