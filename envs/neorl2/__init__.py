@@ -30,4 +30,8 @@ ENTRIES: tuple[Entry, ...] = (
     Entry("DMSD", "dmsd", "DMSDEnv", env_kwargs=(("mode", "train"),)),
     Entry("Pipeline", "pipeline", "PipelineEnv"),
     Entry("Simglucose", "simglucose", "SimglucoseEnv", env_kwargs=(("mode", "train"),)),
+    Entry("RandomFrictionHopper", "mujoco_tasks", "RandomFrictionHopperEnv", prefix="hopper_",
+          env_kwargs=(("mode", "train"),)),
+    Entry("SafetyHalfCheetah", "mujoco_tasks", "SafetyHalfCheetahEnv", prefix="cheetah_",
+          env_kwargs=(("mode", "train"),)),
 )
