@@ -30,6 +30,7 @@ ENTRIES: tuple[Entry, ...] = (
     Entry("DMSD", "dmsd", "DMSDEnv", env_kwargs=(("mode", "train"),)),
     Entry("Pipeline", "pipeline", "PipelineEnv"),
     Entry("Simglucose", "simglucose", "SimglucoseEnv", env_kwargs=(("mode", "train"),)),
+    Entry("RocketRecovery", "rocket_recovery", "RocketRecoveryEnv", env_kwargs=(("mode", "train"),)),
     Entry("RandomFrictionHopper", "mujoco_tasks", "RandomFrictionHopperEnv", prefix="hopper_",
           env_kwargs=(("mode", "train"),)),
     Entry("SafetyHalfCheetah", "mujoco_tasks", "SafetyHalfCheetahEnv", prefix="cheetah_",
