@@ -17,7 +17,7 @@ import optax
 from flax import struct
 
 from agents.base import scan_updates
-from agents.networks import MLP
+from agents.networks import MLP, ObsScale, scaled
 from mbrl.core.errors import ConfigError
 from mbrl.core.types import Transitions
 
@@ -54,10 +54,10 @@ class BC:
     imagination = "none"
     recurrent = False
 
-    def __init__(self, config: BCConfig, obs_dim: int, act_dim: int):
+    def __init__(self, config: BCConfig, obs_dim: int, act_dim: int, obs_scale: ObsScale | None = None):
         self.config = config
         self.obs_dim, self.act_dim = obs_dim, act_dim
-        self.actor = MLP(tuple(int(w) for w in config.hidden_sizes), act_dim)
+        self.actor = scaled(MLP(tuple(int(w) for w in config.hidden_sizes), act_dim), obs_scale)
         self.tx = optax.scale_by_adam()  # the learning rate is traced data (`hypers`)
         self.batch_size = config.batch_size
 

@@ -46,8 +46,9 @@ def penalized_reward(reward: jax.Array, uncertainty: jax.Array, penalty_coef) ->
 class MOPO(SACNAgent):
     """SAC-N (default N=2) trained on λ·u-penalised model rewards mixed with real data."""
 
-    def __init__(self, sac: SACNConfig, mopo: MOPOConfig, obs_dim: int, act_dim: int, bc_rows: int | None = None):
-        super().__init__(sac, obs_dim, act_dim, bc_rows)
+    def __init__(self, sac: SACNConfig, mopo: MOPOConfig, obs_dim: int, act_dim: int, bc_rows: int | None = None,
+                 obs_scale=None):
+        super().__init__(sac, obs_dim, act_dim, bc_rows, obs_scale)
         self.config = mopo
         self.uncertainty = mopo.uncertainty
 

@@ -7,12 +7,14 @@ The critic ensemble is a single `Critic` module whose parameters carry a leading
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Sequence
 
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 # Bounds on the actor's log standard deviation, as in the SAC reference implementations
 # (rlkit / SpinningUp: LOG_STD_MIN=-20 there; -5 is the common, better-conditioned choice in
@@ -47,6 +49,56 @@ def dense_init(init: str, fan_in: int, out_bound: float | None = None) -> dict:
             return {"kernel_init": _uniform(out_bound), "bias_init": _uniform(out_bound)}
         return {"kernel_init": _uniform(bound), "bias_init": nn.initializers.constant(0.1)}
     raise ValueError(f"init: expected one of {INITS}, found {init!r}")
+
+
+@dataclasses.dataclass(frozen=True)
+class ObsScale:
+    """A fixed standardisation of observations, (obs - mean) / std, from the training data: a constant of the
+    agent's networks, so training, imagination, evaluation and export all see the same inputs. Without it an
+    observation with a wide range (NeoRL-2 Simglucose's patient constants, up to ~340) saturates the first layer."""
+
+    mean: tuple[float, ...]
+    std: tuple[float, ...]
+
+    @classmethod
+    def of(cls, observations) -> ObsScale:
+        """The scale of `observations` (rows, obs_dim); a dimension constant over the data is centred, not scaled."""
+        observations = np.asarray(observations, np.float64)
+        mean, std = observations.mean(axis=0), observations.std(axis=0)
+        std = np.where(std > 1e-6 * (1.0 + np.abs(mean)), std, 1.0)
+        return cls(tuple(float(x) for x in mean), tuple(float(x) for x in std))
+
+    @classmethod
+    def from_json(cls, data: dict | None) -> ObsScale | None:
+        return None if data is None else cls(tuple(data["mean"]), tuple(data["std"]))
+
+    def to_json(self) -> dict:
+        return {"mean": list(self.mean), "std": list(self.std)}
+
+    def __call__(self, obs):
+        return (obs - jnp.asarray(self.mean, jnp.float32)) / jnp.asarray(self.std, jnp.float32)
+
+
+class Scaled:
+    """`network` (a Flax module or `CriticEnsemble`) whose first input is standardised by an `ObsScale`: the same
+    parameters and the same init/apply signatures as the network itself."""
+
+    def __init__(self, network, scale: ObsScale):
+        self.network, self.scale = network, scale
+
+    def init(self, key, obs, *rest):
+        return self.network.init(key, self.scale(obs), *rest)
+
+    def apply(self, params, obs, *rest):
+        return self.network.apply(params, self.scale(obs), *rest)
+
+    def apply_member(self, params, obs, *rest):
+        return self.network.apply_member(params, self.scale(obs), *rest)
+
+
+def scaled(network, scale: ObsScale | None):
+    """`network` behind `scale`, or itself when there is none."""
+    return network if scale is None else Scaled(network, scale)
 
 
 class MLP(nn.Module):

@@ -34,7 +34,7 @@ from flax import struct
 
 from agents.memory import Memory, MemoryConfig, initial_carry
 from agents.base import scan_updates
-from agents.networks import LOG_STD_MAX, LOG_STD_MIN, anchor_error, masked_mean, sample_tanh_gaussian
+from agents.networks import LOG_STD_MAX, LOG_STD_MIN, ObsScale, anchor_error, masked_mean, sample_tanh_gaussian
 from mbrl.core.errors import ConfigError
 from mbrl.core.sequence_replay import SequenceBatch
 
@@ -253,8 +253,10 @@ class Neubay:
     recurrent = True
     uncertainty = "epistemic_std"
 
-    def __init__(self, config: NeubayConfig, obs_dim: int, act_dim: int, total_updates: int | None = None):
+    def __init__(self, config: NeubayConfig, obs_dim: int, act_dim: int, total_updates: int | None = None,
+                 obs_scale: ObsScale | None = None):
         self.config = config
+        self.obs_scale = obs_scale  # the observations' standardisation at the encoder's input (None: raw)
         self.obs_dim, self.act_dim = obs_dim, act_dim
         self.memory = config.memory_config
         self.encoder = Encoder(self.memory)
@@ -334,6 +336,7 @@ class Neubay:
         return state.actor_params
 
     def _inputs(self, obs, prev_action, prev_reward):
+        obs = obs if self.obs_scale is None else self.obs_scale(obs)
         return jnp.concatenate([obs, prev_action, prev_reward[..., None]], axis=-1).astype(jnp.float32)
 
     def act(self, actor_params, carry, inputs, key, deterministic: bool = False):

@@ -32,7 +32,8 @@ class AlgorithmEntry:
     sections: tuple[str, ...]  # config sections it reads, besides COMMON_SECTIONS
     imagination_fields: tuple[str, ...]  # the fields of `imagination` it reads (empty: none)
     hyper_fields: dict[str, tuple[str, ...]]  # section -> fields carried as traced data
-    make: Callable[[Any, int, int], Any]  # (TrainConfig, obs_dim, act_dim) -> an `agents.base.Algorithm`
+    # (TrainConfig, obs_dim, act_dim, ObsScale | None) -> an `agents.base.Algorithm`
+    make: Callable[[Any, int, int, Any], Any]
 
     @property
     def uses_model(self) -> bool:
@@ -58,24 +59,27 @@ class AlgorithmEntry:
         return as_hypers(self.hyper_values(config))
 
 
-def _ravl(config, obs_dim, act_dim):
-    return RAVL(config.sac, obs_dim, act_dim, _real_rows(config))
+def _ravl(config, obs_dim, act_dim, obs_scale):
+    return RAVL(config.sac, obs_dim, act_dim, _real_rows(config), obs_scale)
 
 
-def _mopo(config, obs_dim, act_dim):
-    return MOPO(config.sac, config.mopo, obs_dim, act_dim, _real_rows(config))
+def _mopo(config, obs_dim, act_dim, obs_scale):
+    return MOPO(config.sac, config.mopo, obs_dim, act_dim, _real_rows(config), obs_scale)
 
 
-def _bc(config, obs_dim, act_dim):
-    return BC(config.bc, obs_dim, act_dim)
+def _bc(config, obs_dim, act_dim, obs_scale):
+    return BC(config.bc, obs_dim, act_dim, obs_scale)
 
 
-def _neubay(config, obs_dim, act_dim):
+def _neubay(config, obs_dim, act_dim, obs_scale):
     total = config.schedule.epochs * config.schedule.updates_per_epoch
-    return Neubay(config.neubay, obs_dim, act_dim, total_updates=total)
+    return Neubay(config.neubay, obs_dim, act_dim, total_updates=total, obs_scale=obs_scale)
 
 
-def _mopo_ppo(config, obs_dim, act_dim):
+def _mopo_ppo(config, obs_dim, act_dim, obs_scale):
+    if obs_scale is not None:
+        raise ConfigError("normalize_obs: mopo-ppo standardises its observations with running statistics of its "
+                          "rollouts (ppo.normalize_obs); leave normalize_obs off")
     return MOPOPPO(config.ppo, config.mopo_ppo, obs_dim, act_dim)
 
 
@@ -103,6 +107,7 @@ def entry(name: str) -> AlgorithmEntry:
     return ALGORITHMS[name]
 
 
-def make(config, obs_dim: int, act_dim: int):
-    """The algorithm `config.algo` names, built for these dimensions."""
-    return entry(config.algo).make(config, obs_dim, act_dim)
+def make(config, obs_dim: int, act_dim: int, obs_scale=None):
+    """The algorithm `config.algo` names, built for these dimensions; `obs_scale` (`agents.networks.ObsScale`)
+    standardises the observations inside its networks."""
+    return entry(config.algo).make(config, obs_dim, act_dim, obs_scale)

@@ -55,11 +55,12 @@ class OnlineState:
 class OnlineSAC:
     """Pure pieces of online SAC: `init`, `act`, and `chunk` (insert new rows, then K updates)."""
 
-    def __init__(self, config: SACConfig, obs_dim: int, act_dim: int):
+    def __init__(self, config: SACConfig, obs_dim: int, act_dim: int, obs_scale=None):
+        """`obs_scale`: the offline run's observation standardisation (`agents.networks.ObsScale`), if any."""
         if config.buffer_capacity % config.chunk_steps:
             raise ValueError("buffer_capacity must be a multiple of chunk_steps")
         self.config = config
-        self.core = SACN(config.sacn, obs_dim, act_dim)
+        self.core = SACN(config.sacn, obs_dim, act_dim, obs_scale=obs_scale)
         self.obs_dim, self.act_dim = obs_dim, act_dim
         # The buffer and the agent state are donated: updated in place, never copied per chunk.
         self.insert_only = jax.jit(self._insert_only, donate_argnums=0)

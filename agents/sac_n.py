@@ -24,7 +24,7 @@ import optax
 from flax import struct
 
 from agents.base import scan_updates
-from agents.networks import INITS, CriticEnsemble, TanhGaussianActor, anchor_error, sample_tanh_gaussian
+from agents.networks import INITS, CriticEnsemble, ObsScale, TanhGaussianActor, anchor_error, sample_tanh_gaussian, scaled
 from mbrl.core.errors import ConfigError
 from mbrl.core.types import Transitions
 
@@ -129,18 +129,22 @@ def edac_diversity(action_grads: jax.Array) -> jax.Array:
 class SACN:
     """Networks, optimizers and the pure functions `init`, `update`, `update_many`, `act`."""
 
-    def __init__(self, config: SACNConfig, obs_dim: int, act_dim: int, bc_rows: int | None = None):
+    def __init__(self, config: SACNConfig, obs_dim: int, act_dim: int, bc_rows: int | None = None,
+                 obs_scale: ObsScale | None = None):
         """`bc_rows`: the leading rows of every batch whose actions the BC term imitates (the real
         data of a mixed batch); None means all rows. Which terms exist (EDAC, BC) is static: a value of
-        0 in the config leaves the term out of the program; otherwise its weight is traced data."""
+        0 in the config leaves the term out of the program; otherwise its weight is traced data.
+        `obs_scale`: the observations' standardisation inside the actor and critics (None: raw observations)."""
         self.config = config
         self.bc_rows = bc_rows
+        self.obs_scale = obs_scale
         self.obs_dim = obs_dim
         self.act_dim = act_dim
         self.use_edac = config.eta > 0
         self.use_bc = config.actor_bc_coef > 0
-        self.actor = TanhGaussianActor(tuple(config.hidden_sizes), act_dim, config.init)
-        self.critic = CriticEnsemble(config.hidden_sizes, config.num_critics, config.critic_layer_norm, config.init)
+        self.actor = scaled(TanhGaussianActor(tuple(config.hidden_sizes), act_dim, config.init), obs_scale)
+        self.critic = scaled(CriticEnsemble(config.hidden_sizes, config.num_critics, config.critic_layer_norm, config.init),
+                             obs_scale)
         # Adam's direction only: the learning rate is traced data (`hypers`), applied in `_step`.
         self.tx = optax.scale_by_adam()
         self.target_entropy = float(-act_dim if config.target_entropy is None else config.target_entropy)
@@ -320,8 +324,9 @@ class SACNAgent:
     recurrent = False
     uncertainty = "aleatoric_max"  # the measure the rollouts compute (and log)
 
-    def __init__(self, sac: SACNConfig, obs_dim: int, act_dim: int, bc_rows: int | None = None):
-        self.core = SACN(sac, obs_dim, act_dim, bc_rows)
+    def __init__(self, sac: SACNConfig, obs_dim: int, act_dim: int, bc_rows: int | None = None,
+                 obs_scale: ObsScale | None = None):
+        self.core = SACN(sac, obs_dim, act_dim, bc_rows, obs_scale)
         self.batch_size = sac.batch_size
         self.obs_dim, self.act_dim = obs_dim, act_dim
 

@@ -119,7 +119,7 @@ class LoggingConfig:
     wandb_project: str = "offline-mbrl"
 
 
-TOP_LEVEL = ("algo", "dataset", "task", "preset", "seed", "seeds")  # fields of TrainConfig every algorithm reads
+TOP_LEVEL = ("algo", "dataset", "task", "preset", "seed", "seeds", "normalize_obs")  # fields of TrainConfig every algorithm reads
 
 
 @dataclasses.dataclass(frozen=True)
@@ -133,6 +133,9 @@ class TrainConfig:
         and termination rules drive imagination, its simulator evaluates.
     preset: quick (sized for 2 CPU cores) | paper (the published settings).
     seed / seeds: train seeds seed, seed+1, ..., seed+seeds-1 in one compiled program.
+    normalize_obs: standardise observations inside the policy and critics by the train data's mean and std
+        (stored with the run, part of the export): for observations of wide or unequal ranges. mopo-ppo has its
+        own (ppo.normalize_obs).
 
     The sections `algo` does not read (`agents.registry`) hold their defaults: a value there would be
     ignored, so it is refused.
@@ -144,6 +147,7 @@ class TrainConfig:
     preset: str = "quick"
     seed: int = 0
     seeds: int = 1
+    normalize_obs: bool = False
     sac: SACNConfig = SACNConfig()
     mopo: MOPOConfig = MOPOConfig()
     bc: BCConfig = BCConfig()

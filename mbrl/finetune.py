@@ -229,7 +229,7 @@ def run(config: FinetuneConfig | None, run_dir: str | Path, *, resume: bool = Fa
     source = _source_run(config)
     obs_dim, act_dim = int(source.facts["obs_dim"]), int(source.facts["act_dim"])
     offline_sac = source.config.sac
-    sac = OnlineSAC(_online_config(config, offline_sac), obs_dim, act_dim)
+    sac = OnlineSAC(_online_config(config, offline_sac), obs_dim, act_dim, source.trainer.obs_scale)
     task = get_task(source.facts["task"]) if source.facts.get("task") else None
     ref_scores = source.facts.get("ref_scores")
 

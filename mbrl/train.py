@@ -47,6 +47,7 @@ from flax import struct
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from agents import registry
+from agents.networks import ObsScale
 from mbrl import imagination
 from mbrl.config import TrainConfig
 from mbrl.core.errors import ConfigError
@@ -98,13 +99,24 @@ def compile_key(config: TrainConfig) -> TrainConfig:
 
 
 @functools.lru_cache(maxsize=8)
-def _cached_trainer(key: TrainConfig, obs_dim: int, act_dim: int) -> Trainer:
-    return Trainer(key, obs_dim, act_dim)
+def _cached_trainer(key: TrainConfig, obs_dim: int, act_dim: int, obs_scale: ObsScale | None) -> Trainer:
+    return Trainer(key, obs_dim, act_dim, obs_scale)
 
 
-def trainer_for(config: TrainConfig, obs_dim: int, act_dim: int) -> Trainer:
-    """The Trainer shared by all runs whose compiled programs are the same (one compile cache per process)."""
-    return _cached_trainer(compile_key(config), obs_dim, act_dim)
+def trainer_for(config: TrainConfig, obs_dim: int, act_dim: int, obs_scale: ObsScale | None = None) -> Trainer:
+    """The Trainer shared by all runs whose compiled programs are the same (one compile cache per process).
+    `obs_scale`: the observations' standardisation inside the agent's networks (`observation_scale`)."""
+    return _cached_trainer(compile_key(config), obs_dim, act_dim, obs_scale)
+
+
+def observation_scale(config: TrainConfig, dataset) -> ObsScale | None:
+    """The standardisation of the dataset's observations when `config.normalize_obs`, else None."""
+    return ObsScale.of(dataset.transitions.obs) if config.normalize_obs else None
+
+
+def trainer_of_data(config: TrainConfig, dataset) -> Trainer:
+    """`trainer_for` the dataset's dimensions and, with `config.normalize_obs`, its observation scale."""
+    return trainer_for(config, dataset.info.obs_dim, dataset.info.act_dim, observation_scale(config, dataset))
 
 
 def hypers_of(config: TrainConfig):
@@ -116,9 +128,10 @@ class Trainer:
     """The pure pieces of training for one compile key: `init_state`, `epoch`, and their compiled,
     population-batched forms. Use `trainer_for` to share compiles between runs."""
 
-    def __init__(self, config: TrainConfig, obs_dim: int, act_dim: int):
+    def __init__(self, config: TrainConfig, obs_dim: int, act_dim: int, obs_scale: ObsScale | None = None):
         self.config = config
-        self.agent = registry.make(config, obs_dim, act_dim)
+        self.obs_scale = obs_scale
+        self.agent = registry.make(config, obs_dim, act_dim, obs_scale)
         self.part = imagination.make(self.agent, config)
         self.obs_dim, self.act_dim = obs_dim, act_dim
         self.uses_model = self.part.uses_model
@@ -555,6 +568,8 @@ def run(
     dataset_score = None
     if ref_scores is not None and dataset.num_episodes:
         dataset_score = float(normalized_score(dataset.episode_returns().mean(), *ref_scores))
+    # A resumed run keeps the scale it started with (the dataset file may have changed since).
+    obs_scale = ObsScale.from_json(facts.get("obs_scale")) if loaded is not None and facts else observation_scale(config, dataset)
     _write_json(run_dir / RUN_FILE, {
         "world_models": [_relative(p, run_dir) for p in model_paths] if config.uses_model else [],
         "task": task.name if task is not None else None,
@@ -562,10 +577,11 @@ def run(
         "obs_dim": dataset.info.obs_dim,
         "act_dim": dataset.info.act_dim,
         "dataset_score": dataset_score,
+        "obs_scale": None if obs_scale is None else obs_scale.to_json(),
     })
 
     seeds = config.seed_list
-    trainer = trainer_for(config, dataset.info.obs_dim, dataset.info.act_dim)
+    trainer = trainer_for(config, dataset.info.obs_dim, dataset.info.act_dim, obs_scale)
     real = trainer.real_data(dataset)
     world_model = _world_models(config, dataset, task, model_paths, progress) if trainer.uses_model else None
 
@@ -674,7 +690,7 @@ def load_run(run_dir: str | Path, *, require_checkpoint: bool = True) -> LoadedR
         if require_checkpoint:
             raise ConfigError(f"{run_dir / RUN_FILE}: missing; the run did not start training")
         return LoadedRun(run_dir, config, None, None, seeds, None, None)
-    trainer = trainer_for(config, int(facts["obs_dim"]), int(facts["act_dim"]))
+    trainer = trainer_for(config, int(facts["obs_dim"]), int(facts["act_dim"]), ObsScale.from_json(facts.get("obs_scale")))
     checkpointer = Checkpointer(run_dir / "checkpoints")
     try:
         if checkpointer.latest_epoch() is None:
@@ -752,7 +768,7 @@ def train_population(
     configs = [member_config(config, h) for h in hypers]
     dataset = dataset if dataset is not None else datasets.load(config.dataset, task=config.task)
     task = TASKS.get(dataset.info.task) if dataset.info.task else None
-    trainer = trainer_for(config, dataset.info.obs_dim, dataset.info.act_dim)
+    trainer = trainer_of_data(config, dataset)
     real = trainer.real_data(dataset)
     model = None
     if trainer.uses_model:

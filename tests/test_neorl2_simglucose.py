@@ -120,6 +120,9 @@ def test_env_runs_truncates_and_seeds():
     # Options fix the patient and the start hour.
     _, info = a.reset(options={"patient": "child#002", "start_hour": 6})
     assert (info["patient"], info["start_hour"]) == ("child#002", 6)
+    # A NaN action (a diverged policy) is named as such, not left to fail inside the ODE solver.
+    with pytest.raises(ValueError, match="action must be finite"):
+        a.step(np.array([np.nan], np.float32))
 
 
 def test_modes_and_names():

@@ -21,7 +21,7 @@ from mbrl import datasets
 from mbrl.checkpoint import Checkpointer
 from mbrl.cli import main as cli_main
 from mbrl.imagination import ExploringPolicy
-from mbrl.train import hypers_of, member_config, run, train_population, trainer_for
+from mbrl.train import hypers_of, load_run, member_config, run, train_population, trainer_for, trainer_of_data
 from world_models.rollout import rollout
 
 EPOCHS = 4
@@ -232,6 +232,72 @@ def test_bc_trains_on_real_data_only(dataset, dataset_path, tmp_path):
     assert np.isfinite(last) and last < first
     assert "rollout_length" not in result.records[-1]["train"]
     assert result.final_eval is not None
+
+
+def _affine_copy(dataset, scale, shift):
+    """The dataset with every observation x replaced by x * scale + shift (rewards, actions unchanged)."""
+    import dataclasses
+
+    t = dataset.transitions
+    moved = t.replace(obs=(t.obs * scale + shift).astype(np.float32), next_obs=(t.next_obs * scale + shift).astype(np.float32))
+    return dataclasses.replace(dataset, transitions=moved)
+
+
+def test_normalize_obs_makes_the_agent_blind_to_the_observations_units(dataset, tmp_path):
+    # Per-dimension units and offsets (a sensor in mm beside one in km, a constant of 300): with the
+    # standardisation, the agent trained on them acts exactly as the one trained on the original data.
+    rng = np.random.default_rng(0)
+    scale = rng.choice([1e-2, 1.0, 50.0], dataset.info.obs_dim).astype(np.float32)
+    # (no large offset on the shrunk dimensions: float32 would round away their information)
+    shift = (rng.choice([0.0, 300.0], dataset.info.obs_dim) * (scale >= 1)).astype(np.float32)
+    moved = _affine_copy(dataset, scale, shift)
+    probe = dataset.transitions.obs[:64]
+    actions = {}
+    for normalize in (True, False):
+        config = tiny_config("bc", schedule={**TINY["schedule"], "epochs": 1}, normalize_obs=normalize)
+        for name, data, obs in (("original", dataset, probe), ("moved", moved, probe * scale + shift)):
+            trainer = trainer_of_data(config, data)
+            state = trainer.initial_state([0], [hypers_of(config)])
+            state, _ = trainer.run_epoch(state, trainer.real_data(data), None)
+            act = trainer.agent.act(jax.tree.map(lambda x: x[0], trainer.agent.actor_params(state.agent)), (),
+                                    _inputs(obs), None, True)[0]
+            actions[normalize, name] = np.asarray(act)
+    np.testing.assert_allclose(actions[True, "moved"], actions[True, "original"], atol=2e-3)
+    assert np.abs(actions[False, "moved"] - actions[False, "original"]).max() > 0.1
+
+
+def _inputs(obs):
+    from mbrl.core.types import PolicyInput
+
+    n = obs.shape[0]
+    return PolicyInput(obs, np.zeros((n, 3), np.float32), np.zeros(n, np.float32), np.ones(n, bool))
+
+
+def test_a_run_keeps_its_observation_scale_for_eval_and_export(dataset, dataset_path, tmp_path):
+    from mbrl.export_run import load_policy_from_run
+
+    config = tiny_config("bc", dataset=str(dataset_path), schedule={**TINY["schedule"], "epochs": 1}, normalize_obs=True)
+    result = run(config, tmp_path / "bc", dataset=dataset)
+    facts = json.loads((result.run_dir / "run.json").read_text())
+    np.testing.assert_allclose(facts["obs_scale"]["mean"], dataset.transitions.obs.mean(0), rtol=1e-5, atol=1e-6)
+    loaded = load_run(result.run_dir)
+    assert loaded.trainer.obs_scale is not None
+    obs = dataset.transitions.obs[:16]
+    trained = np.asarray(loaded.trainer.agent.act(loaded.actor_params(0), (), _inputs(obs), None, True)[0])
+    spec = load_policy_from_run(result.run_dir)
+    exported = np.stack([np.asarray(spec.apply_fn(spec.params, o)) for o in obs])
+    np.testing.assert_allclose(exported, trained, atol=1e-6)
+    # The same weights without the scale act differently: the scale is in the loaded agent, not a no-op.
+    bare = trainer_for(config, dataset.info.obs_dim, dataset.info.act_dim)
+    assert np.abs(np.asarray(bare.agent.act(loaded.actor_params(0), (), _inputs(obs), None, True)[0]) - trained).max() > 1e-3
+
+
+def test_mopo_ppo_refuses_normalize_obs(dataset):
+    from mbrl.core.errors import ConfigError
+
+    config = config_io.build("mopo-ppo", "hopper-tiny.hdf5", "quick", {"normalize_obs": True})
+    with pytest.raises(ConfigError, match="ppo.normalize_obs"):
+        trainer_of_data(config, dataset)
 
 
 def test_existing_run_dir_is_refused(full_run):

@@ -331,7 +331,10 @@ class SimglucoseEnv(gym.Env):
         return self._observe(), info
 
     def step(self, action):
-        action = np.clip(np.asarray(action, dtype=np.float32).reshape(1), -1.0, 1.0)
+        action = np.asarray(action, dtype=np.float32).reshape(1)
+        if not np.all(np.isfinite(action)):  # a NaN rate would only surface as a failure of the ODE solver
+            raise ValueError(f"Simglucose: the action must be finite, found {action.tolist()} (a diverged policy?)")
+        action = np.clip(action, -1.0, 1.0)
         # NeoRL2 neorl2/envs/simglucose.py step: (a + 1) / 2 * 5 in the action's float32.
         rate = float(((action + np.float32(1.0)) / np.float32(2.0) * np.float32(MAX_INSULIN))[0])
         insulin = _pump_basal(rate)

@@ -458,7 +458,7 @@ class Sweep:
     def run_group(self, members: list[Asked]) -> None:
         from agents import registry
         from mbrl.core.score import normalized_score
-        from mbrl.train import train_population, trainer_for
+        from mbrl.train import train_population, trainer_of_data
 
         settings = self.settings
         base = members[0].config
@@ -475,7 +475,7 @@ class Sweep:
         if self._stopping():
             return
         seconds = time.perf_counter() - start
-        trainer = trainer_for(base, train.info.obs_dim, train.info.act_dim)
+        trainer = trainer_of_data(base, train)
 
         sim = objectives.sim_scores(result.records, settings.last_evals)
         trends = objectives.q_trends(result.records)
