@@ -151,3 +151,22 @@ def test_bad_input_is_refused_with_the_field(data):
     with pytest.raises(DatasetError, match="obs"):
         fit_recurrent_model(OfflineDataset(bad, data.episode_starts, data.info), config=TINY_RWM, fit_config=TINY_FIT,
                             progress=False)
+
+
+def test_held_out_data_is_the_holdout_and_every_training_episode_is_fitted(data):
+    """A dataset with a -val file (NeoRL-2): RWM-U fits every train episode; its holdout and eval episodes are the
+    val file's."""
+    from world_models.fit import model_inputs
+
+    train = dataclasses.replace(data, heldout=oscillator(episodes=20, seed=5))
+    model = fit_recurrent_model(train, config=TINY_RWM, fit_config=dataclasses.replace(TINY_FIT, max_epochs=1),
+                                progress=False).model
+    info = model.info
+    assert info.holdout_from == "heldout" and info.num_transitions == len(data.transitions)
+    assert len(info.eval_episodes) == 2 and not set(info.eval_episodes) & set(info.holdout_episodes)  # a tenth of 20
+    assert max(info.holdout_episodes + info.eval_episodes) < 20
+    # The input normalizer is the train file's, every row of it: nothing was cut for the holdout.
+    np.testing.assert_allclose(model.input_norm.mean, np.mean(model_inputs(data.transitions), axis=0), rtol=1e-5, atol=1e-6)
+    held = train.heldout
+    metrics, count = history_holdout_metrics(model, held.transitions, held.episode_starts, info.holdout_episodes)
+    assert count > 0 and np.all(np.isfinite(metrics["mse"]))

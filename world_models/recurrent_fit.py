@@ -238,7 +238,10 @@ def fit_recurrent_model(
     progress: bool = True,
 ) -> FitResult:
     """Validate, split by episodes, fit, and wrap the best weights in a `RecurrentWorldModel` that records the
-    split (`source` / `task`: what to record instead of the dataset's own)."""
+    split (`source` / `task`: what to record instead of the dataset's own).
+
+    A dataset with held-out data (`OfflineDataset.heldout`, a NeoRL-2 `-val` file) is fitted on every episode;
+    the holdout and the eval episodes come from the held-out data instead (their indices are its episodes)."""
     transitions: Transitions = data.transitions
     source = source or data.info.source or "dataset"
     task = task or data.info.task
@@ -249,10 +252,29 @@ def fit_recurrent_model(
     if len(episode_starts) == 0:
         raise DatasetError(f"{source}: no episode boundaries; RWM-U reads histories, so it needs episodes")
     rng = np.random.default_rng(fit_config.seed)
-    train_eps, holdout_eps, eval_eps = split_episodes(len(episode_starts), fit_config, rng)
+    heldout = data.heldout
     width = config.history + config.forecast - 1
-    train_starts = window_starts(episode_starts, n, train_eps, width)
-    holdout_starts = window_starts(episode_starts, n, holdout_eps, width)
+    if heldout is not None:
+        held_source = heldout.info.source or f"{source} (held out)"
+        check_shapes(heldout.transitions, held_source)
+        check_finite(heldout.transitions, held_source)
+        held_starts = np.asarray(heldout.episode_starts)
+        if len(held_starts) < 2:
+            raise DatasetError(f"{held_source}: {len(held_starts)} episode(s); the held-out data must hold at least 2")
+        # The split of the held-out episodes, as a dataset's own would be split; its training part is unused.
+        _, holdout_eps, eval_eps = split_episodes(len(held_starts), fit_config, rng)
+        train_eps = np.arange(len(episode_starts))
+        # One array of rows: the train file's, then the held-out file's (windows never cross an episode).
+        all_starts = np.concatenate([episode_starts, held_starts + n])
+        fitted = transitions
+        transitions = jax.tree.map(lambda a, b: np.concatenate([a, b]), transitions, heldout.transitions)
+        holdout_starts = window_starts(all_starts, len(transitions), holdout_eps + len(episode_starts), width)
+        train_starts = window_starts(all_starts, len(transitions), train_eps, width)
+    else:
+        train_eps, holdout_eps, eval_eps = split_episodes(len(episode_starts), fit_config, rng)
+        fitted = transitions
+        train_starts = window_starts(episode_starts, n, train_eps, width)
+        holdout_starts = window_starts(episode_starts, n, holdout_eps, width)
     if len(train_starts) == 0 or len(holdout_starts) == 0:
         raise DatasetError(
             f"{source}: no {'training' if len(train_starts) == 0 else 'holdout'} episode has {width} steps "
@@ -262,8 +284,8 @@ def fit_recurrent_model(
         holdout_starts = holdout_starts[keep]
     bounds = np.append(episode_starts, n)
     train_rows = np.concatenate([np.arange(bounds[e], bounds[e + 1]) for e in train_eps])
-    input_norm = make_normalizer(model_inputs(transitions.slice(train_rows)))
-    target_norm = make_normalizer(model_targets(transitions.slice(train_rows)))
+    input_norm = make_normalizer(model_inputs(fitted.slice(train_rows)))
+    target_norm = make_normalizer(model_targets(fitted.slice(train_rows)))
     norms = (input_norm, target_norm)
     device = WindowData(
         obs=jnp.asarray(transitions.obs), action=jnp.asarray(transitions.action),
@@ -306,7 +328,7 @@ def fit_recurrent_model(
                 stop_reason = "time_budget"
                 break
     info = ModelInfo(
-        source=source, task=task, num_transitions=n,
+        source=source, task=task, num_transitions=n, holdout_from="heldout" if heldout is not None else "",
         eval_episodes=tuple(int(e) for e in eval_eps), holdout_episodes=tuple(int(e) for e in holdout_eps),
         holdout_mse=tuple(float(m) for m in best_mse), epochs=len(history),
         fit_seconds=round(time.perf_counter() - start, 3), stop_reason=stop_reason, seed=fit_config.seed)
