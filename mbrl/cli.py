@@ -45,6 +45,41 @@ def _fail(message: str) -> int:
     return 2
 
 
+def _parse(tyro, args_type, rest: list[str], prog: str, help_: str):
+    """tyro's parse of `rest`; a parse error (a wrong type, a missing value, an unknown option) is printed as one
+    line and gives None. Help and everything else pass through as tyro prints them."""
+    import contextlib
+    import io
+
+    captured = io.StringIO()
+    try:
+        with contextlib.redirect_stderr(captured):
+            return tyro.cli(args_type, args=rest, prog=prog, description=help_)
+    except SystemExit as exc:
+        if exc.code in (0, None):
+            sys.stderr.write(captured.getvalue())
+            raise
+        _fail(_one_line(captured.getvalue()) or f"could not parse the options of '{prog}'; see {prog} --help")
+        return None
+
+
+def _one_line(box: str) -> str:
+    """tyro's boxed error as one line: its title and message, without the help text it appends."""
+    parts = []
+    for raw in box.splitlines():
+        line = raw.strip().strip("│╭╮╰╯─ ").strip()
+        if line.startswith(("Argument helptext", "For full helptext", "Perhaps you meant")):
+            break
+        if line:
+            parts.append(line)
+    if not parts:
+        return ""
+    title, message = parts[0], " ".join(parts[1:])
+    if not message or message.lower().startswith(title.lower()):
+        return message or title
+    return f"{title.lower()}: {message}"
+
+
 def _resolve(argv: list[str]) -> tuple[tuple[str, ...], list[str]] | None:
     if len(argv) >= 2 and (argv[0], argv[1]) in COMMANDS:
         return (argv[0], argv[1]), argv[2:]
@@ -98,7 +133,9 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if params:
             args_type = hints[params[0]]
-            args = tyro.cli(args_type, args=rest, prog=f"mbrl {' '.join(key)}", description=help_)
+            args = _parse(tyro, args_type, rest, f"mbrl {' '.join(key)}", help_)
+            if args is None:
+                return 2
             code = func(args)
         else:
             code = func()

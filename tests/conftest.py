@@ -84,7 +84,14 @@ def hopper_tiny_path(tmp_path_factory):
 
 
 @pytest.fixture(scope="session")
-def export_dir(tmp_path_factory):
+def onnx_extra():
+    """Skips what requests it where the onnx extra (onnx, onnxruntime) is not installed; nothing else skips."""
+    for module in ("onnx", "onnxruntime"):
+        pytest.importorskip(module, reason="the onnx extra is not installed: pip install 'offline-mbrl[onnx]'")
+
+
+@pytest.fixture(scope="session")
+def export_dir(tmp_path_factory, onnx_extra):
     """An export (test_deploy, test_ros2_dds): a SAC actor at random init for Hopper-v5, with a normalizer from the
     sample dataset; (folder, PolicySpec)."""
     import jax

@@ -173,11 +173,28 @@ def test_lockstep_meets_step_quotas_and_cuts_the_last_episode(lockstep_runs):
     for slot in slots:
         for ep in slot[:-1]:
             assert ep.terminations[-1] or ep.truncations[-1]
-        assert slot[-1].terminations[-1] or slot[-1].truncations[-1]  # cut at the quota: truncated
         for ep in slot:
             assert ep.observations.shape == (len(ep) + 1, 11) and ep.actions.shape == (len(ep), 3)
             assert np.all(np.abs(ep.actions) <= 1.0)
             assert not np.any(ep.terminations[:-1] | ep.truncations[:-1])
+
+
+def test_the_quota_cuts_an_episode_that_goes_on_and_keeps_a_natural_end(lockstep_runs):
+    # Each slot's last episode, replayed in a fresh env with its reset seed and actions: where the env goes on
+    # past the quota, the loop marks a cut (truncated); where it ended by itself at the quota, an end.
+    slots, _, _ = lockstep_runs
+    cuts = 0
+    for index, slot in enumerate(slots):
+        last = slot[-1]
+        env = collect.make_env("hopper")
+        obs, _ = env.reset(seed=collect.episode_seed(0, index, len(slot) - 1))
+        np.testing.assert_array_equal(np.float32(obs), last.observations[0])
+        for action in last.actions:  # hopper's action space is [-1, 1]: unit actions are env actions
+            obs, _, terminated, truncated, _ = env.step(action)
+        np.testing.assert_allclose(obs, last.observations[-1], atol=1e-5)  # (unit actions map affinely: round-off)
+        assert (bool(last.terminations[-1]), bool(last.truncations[-1])) == ((True, False) if terminated else (False, True))
+        cuts += not terminated and not truncated
+    assert cuts == 1  # slot 1 is cut; slot 0's episode falls at exactly its quota of 30 steps
 
 
 def test_lockstep_is_deterministic_for_a_seed(lockstep_runs):
@@ -272,7 +289,11 @@ def test_make_hopper_medium_is_read_by_mbrl_datasets(made_hopper_medium, monkeyp
     monkeypatch.setenv("MINARI_DATASETS_PATH", str(root))
     data = datasets.load("hopper-medium")
     assert len(data) == 5000
-    assert data.info.ref_min_score is not None and data.info.ref_max_score is not None
+    # The reference scores come through the loader: the shipped random and expert policies' mean returns.
+    random_record = json.loads((behaviour.BEHAVIOUR_DIR / "hopper_random.json").read_text())
+    expert_record = json.loads((behaviour.BEHAVIOUR_DIR / "hopper_expert.json").read_text())
+    assert data.info.ref_min_score == pytest.approx(random_record["mean_return"])
+    assert data.info.ref_max_score == pytest.approx(expert_record["mean_return"])
 
 
 @needs_hopper_policies

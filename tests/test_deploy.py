@@ -15,21 +15,19 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-pytest.importorskip("onnxruntime", reason="the onnx extra is not installed: pip install 'offline-mbrl[onnx]'")
-
-from envs.robots.loop import ControlLoop  # noqa: E402
-from envs.robots.mujoco import MujocoRobot  # noqa: E402
-from envs.robots.ros2 import rclpy_available  # noqa: E402
-from envs.robots.runner import PolicyRunner, RewardFeed  # noqa: E402
-from envs.robots.safety import SafetyConfig, SafetyLayer  # noqa: E402
-from mbrl.cli import main  # noqa: E402
+from envs.robots.loop import ControlLoop
+from envs.robots.mujoco import MujocoRobot
+from envs.robots.ros2 import rclpy_available
+from envs.robots.runner import PolicyRunner, RewardFeed
+from envs.robots.safety import SafetyConfig, SafetyLayer
+from mbrl.cli import main
 
 EPISODE_STEPS = 60  # the sim server's time limit: short episodes keep the tests fast
 REPO = Path(__file__).resolve().parents[1]
 
 
 @pytest.fixture(scope="module")
-def neubay_export(tmp_path_factory):
+def neubay_export(tmp_path_factory, onnx_extra):
     """A NEUBAY actor (LRU memory, 2 layers) at init for Hopper-v5, exported as a run's policy is."""
     import jax
 
@@ -185,12 +183,12 @@ def test_action_change_never_exceeds_the_rate_limit(export_dir, tmp_path):
 def test_mujoco_robot_latency_and_delay(export_dir):
     actions = np.random.default_rng(0).uniform(-1, 1, (6, 3)).astype(np.float32)
 
-    def trace(**options):
+    def trace(sent=actions, **options):
         robot = MujocoRobot("Hopper-v5", **options)
         robot.connect()
         robot.reset(seed=1)
         seen = [robot.observe().values]
-        for action in actions:
+        for action in sent:
             robot.act(action)
             seen.append(robot.observe().values)
         robot.disconnect()
@@ -199,8 +197,10 @@ def test_mujoco_robot_latency_and_delay(export_dir):
     clean = trace()
     lagged = trace(obs_latency=2)
     np.testing.assert_array_equal(lagged[2:], clean[:-2])
+    # Each command is applied one step late; the first step applies the safe action (zero torque).
     delayed = trace(action_delay=1)
-    assert not np.array_equal(delayed[1], clean[1])  # the first command waited a step
+    np.testing.assert_array_equal(delayed, trace(np.concatenate([np.zeros((1, 3), np.float32), actions[:-1]])))
+    assert not np.array_equal(delayed, clean)
 
 
 def test_sigterm_safe_stops_then_exits_0(export_dir, sim_server, tmp_path):

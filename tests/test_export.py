@@ -13,19 +13,17 @@ import sys
 import numpy as np
 import pytest
 
-pytest.importorskip("onnxruntime", reason="the onnx extra is not installed: pip install 'offline-mbrl[onnx]'")
+import jax
+import jax.numpy as jnp
 
-import jax  # noqa: E402
-import jax.numpy as jnp  # noqa: E402
-
-from envs.robots.runner import PolicyRunner  # noqa: E402
-from mbrl import __version__  # noqa: E402
-from mbrl.cli import main  # noqa: E402
-from mbrl.datasets import SAMPLE_PATH, load  # noqa: E402
-from mbrl.core.errors import UserError  # noqa: E402
-from mbrl.export import ExportError, PolicySpec, export_policy, params_sha256, policy_function  # noqa: E402
-from mbrl.export_onnx import OnnxExportError, to_onnx  # noqa: E402
-from mbrl.export_run import load_policy_from_run, policy_of  # noqa: E402
+from envs.robots.runner import PolicyRunner
+from mbrl import __version__
+from mbrl.cli import main
+from mbrl.datasets import SAMPLE_PATH, load
+from mbrl.core.errors import UserError
+from mbrl.export import ExportError, PolicySpec, export_policy, params_sha256, policy_function
+from mbrl.export_onnx import OnnxExportError, to_onnx
+from mbrl.export_run import load_policy_from_run, policy_of
 
 LOW = np.array([-1.0, -0.5, -2.0], np.float32)  # asymmetric bounds: the rescaling is exercised
 HIGH = np.array([1.0, 0.5, 1.0], np.float32)
@@ -70,7 +68,7 @@ def spec(dataset):
 
 
 @pytest.fixture(scope="module")
-def exported(spec, tmp_path_factory):
+def exported(spec, tmp_path_factory, onnx_extra):
     return export_policy(spec, tmp_path_factory.mktemp("export") / "policy")
 
 
@@ -139,7 +137,7 @@ def test_policy_json_describes_the_policy(spec, exported):
 
 
 @pytest.fixture(scope="module")
-def gru_export(tmp_path_factory):
+def gru_export(tmp_path_factory, onnx_extra):
     """A GRU policy on the observation alone (it ignores the previous action and reward), exported."""
     import flax.linen as nn
 
@@ -216,7 +214,7 @@ def test_a_damaged_recurrent_description_names_the_file_and_field(gru_export, tm
     assert len(err) == 1 and "policy.json: field" in err[0]
 
 
-def test_a_recurrent_spec_whose_carry_changes_shape_is_refused(tmp_path):
+def test_a_recurrent_spec_whose_carry_changes_shape_is_refused(tmp_path, onnx_extra):
     spec = PolicySpec(apply_fn=lambda p, c, i: (jnp.tanh(i.obs[:2]), jnp.concatenate([c, c])), params=(), obs_dim=4,
                       act_dim=2, action_low=-1, action_high=1, initial_carry=np.zeros(3, np.float32))
     with pytest.raises(ExportError, match=r"carry of \(shape, dtype\) \[\(\(6,\), 'float32'\)\], expected"):
@@ -224,7 +222,7 @@ def test_a_recurrent_spec_whose_carry_changes_shape_is_refused(tmp_path):
     assert not (tmp_path / "bad").exists()
 
 
-def test_export_from_a_training_run_directory(tmp_path):
+def test_export_from_a_training_run_directory(tmp_path, onnx_extra):
     """A real (tiny) `mbrl train` run directory goes through `mbrl export`."""
     from mbrl import config as config_io
     from mbrl import train
@@ -254,7 +252,7 @@ NEUBAY_TINY = {
 
 
 @pytest.fixture(scope="module")
-def neubay_run(tmp_path_factory):
+def neubay_run(tmp_path_factory, onnx_extra):
     """A tiny NEUBAY run (LRU memory, 2 layers) of `mbrl.train.run` on the sample dataset, then `mbrl export`."""
     from mbrl import config as config_io
     from mbrl import train
@@ -311,7 +309,7 @@ def test_export_errors_print_one_line_and_exit_2(tmp_path, capsys):
     assert len(err) == 2 and "missing" in err[0] and "config.json" in err[1]
 
 
-def test_spec_and_translation_errors(tmp_path):
+def test_spec_and_translation_errors(tmp_path, onnx_extra):
     with pytest.raises(ExportError, match="apply_fn returns shapes"):
         bad = PolicySpec(apply_fn=lambda p, o: o[:2], params=(), obs_dim=4, act_dim=3, action_low=-1, action_high=1)
         export_policy(bad, tmp_path / "bad")
@@ -322,7 +320,7 @@ def test_spec_and_translation_errors(tmp_path):
         to_onnx(lambda o: jnp.sort(o), [np.zeros(4, np.float32)], ["obs"], ["action"])
 
 
-def test_translator_covers_the_operations_of_common_policies():
+def test_translator_covers_the_operations_of_common_policies(onnx_extra):
     """Shape ops, reductions, selects and elementwise math, batched and mixed with constants, vs jax.vmap."""
     import onnxruntime
 
@@ -345,7 +343,7 @@ def test_translator_covers_the_operations_of_common_policies():
     np.testing.assert_allclose(out, np.asarray(jax.vmap(fn)(obs, extra)), atol=1e-5)
 
 
-def test_translator_covers_the_operations_of_recurrent_policies():
+def test_translator_covers_the_operations_of_recurrent_policies(onnx_extra):
     """A complex diagonal recurrence (an LRU's), layer norm, leaky ReLU, a scan, a scatter-add at a constant
     index and a bool input, vs jax.vmap: complex values travel as real and imaginary parts."""
     import flax.linen as nn

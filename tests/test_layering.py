@@ -1,4 +1,4 @@
-"""The import layering of docs/DESIGN.md, checked on the source: every import statement of every module,
+"""The import layering of docs/contributing.md, checked on the source: every import statement of every module,
 function-local ones included, and `importlib.import_module` calls with a constant name.
 
 - `mbrl/core/` imports nothing of the project outside `mbrl.core`;

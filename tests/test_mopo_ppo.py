@@ -66,8 +66,14 @@ def test_a_large_penalty_keeps_the_rollouts_where_the_heads_agree(hopper_tiny_pa
 
 
 def test_an_epoch_is_one_ppo_iteration(hopper_tiny_path):
-    config = tiny(hopper_tiny_path, ppo={**TINY["ppo"], "learning_epochs": 3})
+    config = tiny(hopper_tiny_path, ppo={**TINY["ppo"], "learning_epochs": 3}, schedule={**TINY["schedule"], "epochs": 2})
     assert config.schedule.updates_per_epoch == 12
+    result = train_population(config, [{}], [0], dataset=datasets.load(hopper_tiny_path), world_model=ActionCostModel(),
+                              evaluate=False)
+    # Each epoch: one fresh rollout, then learning_epochs 3 x minibatches 4 gradient steps on it.
+    assert [r["updates"] for r in result.records] == [12, 24]
+    np.testing.assert_array_equal(np.asarray(result.state.agent.steps), [24])
+    assert all(np.isfinite(r["train"]["model_uncertainty"][0]) for r in result.records)
     with pytest.raises(ConfigError, match=r"schedule\.updates_per_epoch: an epoch of mopo-ppo is one PPO iteration "
                                           r"of ppo\.learning_epochs 2 x ppo\.minibatches 4 = 8 updates; found 10"):
         tiny(hopper_tiny_path, schedule={**TINY["schedule"], "updates_per_epoch": 10})

@@ -90,11 +90,22 @@ def test_a_bad_or_unreachable_storage_gets_one_line_and_exit_2(storage, expected
 
 
 def test_shipped_spaces_load_against_their_algorithms_presets():
+    import tomllib
+
     from mbrl.sweep import space as space_io
 
-    for algo in ("mopo", "ravl"):
-        space = space_io.load(algo, config_io.build(algo, "hopper-medium"))
-        assert "sac.actor_bc_coef" in space.names() and "imagination.horizon" in space.names()
+    shipped = sorted(space_io.SHIPPED.glob("*.toml"))
+    assert [p.stem for p in shipped] == ["mopo", "ravl"]
+    for path in shipped:
+        base = config_io.build(path.stem, "hopper-medium")
+        space = space_io.load(path.stem, base)
+        assert space.names() == [k.removeprefix("--").replace("-", "_") for k in tomllib.loads(path.read_text())]
+        # Every end of every dimension is a value the algorithm's config takes, and takes as given.
+        for dim in space.dimensions:
+            section, _, field = dim.name.partition(".")
+            for value in dim.values_to_check():
+                applied = getattr(getattr(config_io.override(base, {section: {field: value}}), section), field)
+                assert applied == (tuple(value) if isinstance(value, list) else value), (dim.name, value, applied)
 
 
 # ------------------------------------------------------------------------------------------------ a sweep

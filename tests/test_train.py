@@ -207,10 +207,14 @@ def test_cli_rejects_bad_options_with_one_line(capsys, tmp_path):
     bad = tmp_path / "bad.json"
     bad.write_text(json.dumps({"algo": "mopo", "sac": {"num_critics": "ten"}}))
     assert cli_main(["train", "--config", str(bad)]) == 2
+    # tyro's own parse errors too: a wrongly typed value, an unknown option
+    assert cli_main(["train", "--algo", "neubay", "--neubay.actor-bc-coef", "abc"]) == 2
+    assert cli_main(["train", "--nosuch-option", "3"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 5 and all(line.startswith("mbrl: error: ") for line in err)
+    assert len(err) == 7 and all(line.startswith("mbrl: error: ") for line in err), err
     assert "sarsa" in err[0] and "huge" in err[1] and "config.json" in err[2] and "--seeds" in err[3]
     assert "sac.num_critics" in err[4] and "bad.json" in err[4]
+    assert "--neubay.actor-bc-coef" in err[5] and "'abc'" in err[5] and "--nosuch-option" in err[6]
 
 
 def test_cli_eval_and_config_reload(full_run, capsys):
@@ -230,7 +234,10 @@ def test_bc_trains_on_real_data_only(dataset, dataset_path, tmp_path):
     assert not (tmp_path / "bc" / "world_model").exists()
     first, last = result.records[0]["train"]["bc_loss"][0], result.records[-1]["train"]["bc_loss"][0]
     assert np.isfinite(last) and last < first
-    assert "rollout_length" not in result.records[-1]["train"]
+    # Nothing imagined: the state holds no store of model data, and every metric is the BC loss's.
+    assert load_run(tmp_path / "bc").state.store is None
+    assert set(result.records[-1]["train"]) == {"bc_loss"}
+    assert json.loads((tmp_path / "bc" / "run.json").read_text())["world_models"] == []
     assert result.final_eval is not None
 
 
@@ -330,6 +337,11 @@ def test_per_seed_world_models_are_fitted_and_stacked(dataset, dataset_path, tmp
     assert seeds == [0, 1]
     sizes = result.records[-1]["train"]["model_buffer_size"]
     assert len(sizes) == 2 and all(s > 0 for s in sizes)
+    # Member 1 imagined in model 1: it equals a single run of seed 1 on that model (a shared model 0 would not).
+    single = run(config_io.override(config, {"seed": 1, "seeds": 1, "imagination": {"per_seed_model": False}}),
+                 tmp_path / "seed1", world_model_dir=tmp_path / "per-seed" / "world_model_seed1", dataset=dataset)
+    for name, values in result.records[-1]["train"].items():
+        np.testing.assert_allclose(values[1], single.records[-1]["train"][name][0], rtol=2e-3, atol=1e-4, err_msg=name)
 
 
 def test_diagnose_agent_probes_the_model_along_the_policys_real_episodes(dataset_path, world_model_dir, capsys,
