@@ -25,6 +25,7 @@ COMMANDS: dict[tuple[str, ...], tuple[str, str]] = {
     ("train",): ("mbrl.commands.train:train", "train an agent (default: RAVL, quick preset, hopper-medium)"),
     ("sweep",): ("mbrl.commands.sweep:sweep", "tune an algorithm's options by Bayesian optimisation (Optuna)"),
     ("eval",): ("mbrl.commands.evaluate:evaluate", "evaluate a trained policy in simulation"),
+    ("ope",): ("mbrl.commands.ope:ope", "estimate a policy's value from the data alone (FQE, critic, model)"),
     ("export",): ("mbrl.commands.export:export", "write a deployable policy"),
     ("deploy",): ("mbrl.commands.deploy:deploy", "run an exported policy on a robot"),
     ("finetune",): ("mbrl.commands.finetune:finetune", "fine-tune a trained policy online on a robot (WSRL)"),

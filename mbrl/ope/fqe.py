@@ -1,0 +1,218 @@
+"""Fitted Q Evaluation (Le, Voloshin and Yue 2019, "Batch Policy Learning under Constraints"): the discounted value of
+a fixed policy, learnt from the dataset alone by iterated Bellman regression.
+
+The policy never changes, so its action at every next state is computed once, before fitting; fitting is then a
+regression of Q(s, a) on r + γ (1 - terminal) Q̄(s', π(s')), Q̄ a Polyak-averaged copy (a time limit bootstraps). K
+Q-functions are fitted side by side in one vmapped program, each from its own initialisation and its own minibatches;
+their spread at the initial states is the interval. Compiled chunks of steps alternate with a check of the TD error
+on held-out transitions, which keeps the best weights and stops the fit when it no longer falls.
+
+The value is the mean over the dataset's initial states of Q(s0, π(s0)), in the data's reward units.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+from collections.abc import Callable, Sequence
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+
+from agents.networks import Critic, ObsScale
+from mbrl.core.errors import ConfigError, DatasetError
+from mbrl.core.types import Transitions
+
+POLICY_CHUNK = 4096  # rows per call of the policy when its next actions are precomputed
+
+
+@dataclasses.dataclass(frozen=True)
+class FQEConfig:
+    """FQE's settings."""
+
+    heads: int = 5
+    """Q-functions fitted side by side; the spread of their values is the interval."""
+    hidden_sizes: Sequence[int] = (256, 256)
+    """Each Q-function's hidden layers."""
+    layer_norm: bool = True
+    """LayerNorm in the hidden layers (it keeps the values bounded off the data)."""
+    gamma: float = 0.99
+    """The discount of the estimated value."""
+    learning_rate: float = 3e-4
+    """Adam's step size."""
+    batch_size: int = 256
+    """Transitions per head per step."""
+    tau: float = 0.005
+    """The Polyak rate of the target Q-functions."""
+    steps: int = 20_000
+    """The most gradient steps."""
+    chunk: int = 500
+    """Steps per compiled call, between checks of the held-out TD error."""
+    min_steps: int = 5_000
+    """Steps before a check may keep weights or stop the fit (values start at 0 and must grow first: an early TD
+    error is low only because the targets are)."""
+    patience: int = 5
+    """Checks without a 1% lower held-out TD error before the fit stops."""
+    seed: int = 0
+    """Initialisation, minibatches and the held-out episodes."""
+
+    def __post_init__(self):
+        for name in ("heads", "batch_size", "steps", "chunk", "patience"):
+            if int(getattr(self, name)) < 1:
+                raise ConfigError(f"fqe.{name}: expected a positive int, found {getattr(self, name)}")
+        if not 0.0 < self.gamma < 1.0:
+            raise ConfigError(f"fqe.gamma: expected a value in (0, 1), found {self.gamma}")
+        if not 0.0 < self.tau <= 1.0:
+            raise ConfigError(f"fqe.tau: expected a value in (0, 1], found {self.tau}")
+        if not self.learning_rate > 0:
+            raise ConfigError(f"fqe.learning_rate: expected a positive value, found {self.learning_rate}")
+        if self.min_steps < 0:
+            raise ConfigError(f"fqe.min_steps: expected an int >= 0, found {self.min_steps}")
+        object.__setattr__(self, "hidden_sizes", tuple(int(w) for w in self.hidden_sizes))  # hashable: a compile key
+
+
+@dataclasses.dataclass(frozen=True)
+class FQEResult:
+    head_values: np.ndarray  # (heads,): each head's mean of Q(s0, π(s0)) over the initial states
+    steps: int  # gradient steps taken
+    best_step: int  # the step whose weights were kept
+    heldout_td: list[float]  # the held-out TD error at each check (reward units squared)
+    stop_reason: str  # "early_stopping" | "max_steps"
+
+    @property
+    def value(self) -> float:
+        return float(np.mean(self.head_values))
+
+    @property
+    def interval(self) -> tuple[float, float]:
+        """The heads' range widened by their standard error: the estimate's spread over initialisations and data."""
+        spread = float(np.std(self.head_values, ddof=1)) if len(self.head_values) > 1 else 0.0
+        return float(np.min(self.head_values)) - spread, float(np.max(self.head_values)) + spread
+
+
+def policy_actions(policy: Callable, obs: np.ndarray) -> np.ndarray:
+    """`policy` (batched obs -> actions, jittable) on every row of `obs`, in chunks of fixed shape (one compile)."""
+    fn = jax.jit(policy)
+    n = len(obs)
+    padded = np.concatenate([obs, np.zeros(((-n) % POLICY_CHUNK, obs.shape[1]), obs.dtype)])
+    out = [np.asarray(fn(jnp.asarray(padded[i:i + POLICY_CHUNK]))) for i in range(0, len(padded), POLICY_CHUNK)]
+    actions = np.concatenate(out)[:n].astype(np.float32)
+    if not np.all(np.isfinite(actions)):
+        raise DatasetError("the policy gives non-finite actions on the dataset's observations")
+    return actions
+
+
+def arrays(t: Transitions, next_action: np.ndarray, reward_scale: float) -> dict:
+    """The device arrays of a fit: the transitions with the policy's next actions, rewards times `reward_scale`."""
+    return {"obs": jnp.asarray(t.obs, jnp.float32), "action": jnp.asarray(t.action, jnp.float32),
+            "reward": jnp.asarray(t.reward * reward_scale, jnp.float32),
+            "done": jnp.asarray(t.terminal, jnp.float32),
+            "next_obs": jnp.asarray(t.next_obs, jnp.float32), "next_action": jnp.asarray(next_action, jnp.float32)}
+
+
+class FQEPrograms(NamedTuple):
+    """The compiled pieces of a fit. `chunk(carry, key, data, norm)`: `config.chunk` steps; `heldout_td(params,
+    target, norm, held)`; `init(key, obs, action)` -> carry (params, target params, Adam state); `values(params,
+    norm, obs, action)` -> (heads,). `data`/`held` as `arrays` gives them, `norm` = (obs mean, obs std)."""
+
+    chunk: Callable
+    heldout_td: Callable
+    init: Callable
+    values: Callable
+
+
+@functools.lru_cache(maxsize=4)
+def fqe_programs(config: FQEConfig) -> FQEPrograms:
+    """The compiled pieces for one config, shared by every policy and dataset evaluated with it (the policy's
+    actions and the observations' scale are data)."""
+    critic = Critic(tuple(config.hidden_sizes), config.layer_norm)
+    tx = optax.adam(config.learning_rate)
+
+    def q(params, norm, obs, action):  # K heads' params on (K, B, ...) inputs, or on shared (B, ...) ones
+        axes = 0 if obs.ndim == 3 else None
+        return jax.vmap(critic.apply, in_axes=(0, axes, axes))(params, (obs - norm[0]) / norm[1], action)
+
+    def td_errors(params, target, norm, batch):
+        next_q = q(target, norm, batch["next_obs"], batch["next_action"])
+        y = batch["reward"] + config.gamma * (1.0 - batch["done"]) * next_q
+        return q(params, norm, batch["obs"], batch["action"]) - jax.lax.stop_gradient(y)
+
+    @functools.partial(jax.jit, donate_argnums=0)
+    def chunk(carry, key, data, norm):
+        rows_total = data["obs"].shape[0]
+
+        def step(carry, key):
+            params, target, opt_state = carry
+            rows = jax.random.randint(key, (config.heads, config.batch_size), 0, rows_total)
+            batch = jax.tree.map(lambda x: x[rows], data)
+            loss, grads = jax.value_and_grad(lambda p: jnp.mean(td_errors(p, target, norm, batch) ** 2))(params)
+            updates, opt_state = tx.update(grads, opt_state, params)
+            params = optax.apply_updates(params, updates)
+            target = jax.tree.map(lambda t, p: (1.0 - config.tau) * t + config.tau * p, target, params)
+            return (params, target, opt_state), loss
+
+        carry, losses = jax.lax.scan(step, carry, jax.random.split(key, config.chunk))
+        return carry, jnp.mean(losses)
+
+    @jax.jit
+    def heldout_td(params, target, norm, held):
+        return jnp.mean(td_errors(params, target, norm, held) ** 2)
+
+    @jax.jit
+    def init(key, obs, action):
+        params = jax.vmap(critic.init, in_axes=(0, None, None))(jax.random.split(key, config.heads), obs, action)
+        return params, jax.tree.map(jnp.copy, params), tx.init(params)
+
+    @jax.jit
+    def values(params, norm, obs, action):
+        return jnp.mean(q(params, norm, obs, action), axis=1)
+
+    return FQEPrograms(chunk, heldout_td, init, values)
+
+
+def fit_fqe(policy: Callable, train: Transitions, heldout: Transitions, initial_obs: np.ndarray,
+            config: FQEConfig = FQEConfig()) -> FQEResult:
+    """The value of `policy` (batched obs -> actions in the data's units, jittable) from `train`, checked on
+    `heldout`, at `initial_obs` (states, obs_dim)."""
+    if len(heldout) == 0:
+        raise DatasetError("FQE: the held-out data is empty; hold out some episodes (--holdout) or give a -val file")
+    if len(train) == 0 or len(initial_obs) == 0:
+        raise DatasetError("FQE: the dataset has no transitions or no initial states")
+    scale = ObsScale.of(train.obs)
+    norm = (jnp.asarray(scale.mean, jnp.float32), jnp.asarray(scale.std, jnp.float32))
+    # Rewards in units of their mean magnitude, so that every dataset's Q targets are of order 1 / (1 - γ).
+    reward_scale = 1.0 / max(float(np.mean(np.abs(train.reward))), 1e-8)
+    data = arrays(train, policy_actions(policy, train.next_obs), reward_scale)
+    held = arrays(heldout, policy_actions(policy, heldout.next_obs), reward_scale)
+    start_obs = jnp.asarray(initial_obs, jnp.float32)
+    start_action = jnp.asarray(policy_actions(policy, np.asarray(initial_obs, np.float32)))
+    chunk, heldout_td, init, values = fqe_programs(config)
+
+    key = jax.random.PRNGKey(config.seed)
+    key, init_key = jax.random.split(key)
+    carry = init(init_key, start_obs[:1], start_action[:1])
+    best, best_params, best_step, since, history, steps, stop_reason = np.inf, None, 0, 0, [], 0, "max_steps"
+    while steps < config.steps:
+        key, chunk_key = jax.random.split(key)
+        carry, _ = chunk(carry, chunk_key, data, norm)
+        steps += config.chunk
+        error = float(heldout_td(carry[0], carry[1], norm, held))
+        if not np.isfinite(error):
+            raise DatasetError("FQE diverged (non-finite held-out TD error); check the dataset's rewards")
+        history.append(error / reward_scale**2)
+        if steps < config.min_steps:  # values are still growing from 0: no weights are kept yet
+            continue
+        if error < best * 0.99:
+            best, best_params, best_step, since = error, jax.tree.map(jnp.copy, carry[0]), steps, 0
+        else:
+            since += 1
+        if since >= config.patience:
+            stop_reason = "early_stopping"
+            break
+    if best_params is None:  # the fit ended before min_steps: its last weights
+        best_params, best_step = carry[0], steps
+    head_values = np.asarray(values(best_params, norm, start_obs, start_action), np.float64) / reward_scale
+    return FQEResult(head_values, steps, best_step, history, stop_reason)

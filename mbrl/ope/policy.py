@@ -1,0 +1,69 @@
+"""The policy an off-policy estimate judges: a run directory (its latest checkpoint, one training seed) or an
+export (policy.jax and policy.json), as a batched function of observations in the data's units."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from collections.abc import Callable
+from pathlib import Path
+
+from mbrl.core.errors import ConfigError
+
+
+@dataclasses.dataclass
+class JudgedPolicy:
+    act: Callable  # (batch, obs_dim) -> (batch, act_dim), jittable: the deployed deterministic policy
+    obs_dim: int
+    act_dim: int
+    source: str
+    run: object | None = None  # the `mbrl.train.LoadedRun` behind a run directory (its critics, its world model)
+    member: int = 0  # the run's training seed index
+
+
+def load_policy(path: str | Path, seed_index: int = 0) -> JudgedPolicy:
+    """The policy at `path`: a run directory written by `mbrl train`, or an export written by `mbrl export`."""
+    path = Path(path)
+    if (path / "config.json").is_file():
+        return _from_run(path, seed_index)
+    if (path / "policy.json").is_file():
+        return _from_export(path)
+    raise ConfigError(f"{path}: neither a run directory (config.json) nor an export (policy.json); expected what "
+                      "`mbrl train` or `mbrl export` writes")
+
+
+def _refuse_recurrent(source: str) -> None:
+    raise ConfigError(f"{source}: a recurrent policy (its action depends on its history); off-policy evaluation "
+                      "takes Markov policies so far")
+
+
+def _from_run(run_dir: Path, seed_index: int) -> JudgedPolicy:
+    import jax
+
+    from mbrl.export import policy_function
+    from mbrl.export_run import run_policy_spec
+    from mbrl.train import load_run
+
+    run = load_run(run_dir)
+    metadata = {"algo": run.config.algo, "train_seed": run.seeds[0], "run_dir": str(run_dir)}
+    spec = run_policy_spec(run, run.actor_params(seed_index), run_dir.name, metadata)
+    if spec.recurrent:
+        _refuse_recurrent(str(run_dir))
+    return JudgedPolicy(jax.vmap(policy_function(spec)), spec.obs_dim, spec.act_dim, str(run_dir), run, seed_index)
+
+
+def _from_export(export_dir: Path) -> JudgedPolicy:
+    import jax
+
+    try:
+        facts = json.loads((export_dir / "policy.json").read_text())
+        exported = jax.export.deserialize(bytearray((export_dir / "policy.jax").read_bytes()))
+    except (OSError, ValueError, TypeError) as exc:
+        raise ConfigError(f"{export_dir}: cannot read the export's policy.json or policy.jax ({exc})") from None
+    if facts.get("state") is not None:
+        _refuse_recurrent(str(export_dir))
+    try:
+        obs_dim, act_dim = int(facts["observation"]["dim"]), int(facts["action"]["dim"])
+    except (KeyError, TypeError, ValueError):
+        raise ConfigError(f"{export_dir / 'policy.json'}: no observation.dim and action.dim") from None
+    return JudgedPolicy(exported.call, obs_dim, act_dim, str(export_dir))

@@ -1,0 +1,131 @@
+"""Off-policy evaluation: FQE recovers the closed-form value of linear policies on a linear system with a quadratic
+reward, ranks them, and `mbrl ope` judges a real run directory from its data, with one line for bad input."""
+
+from __future__ import annotations
+
+import json
+
+import jax.numpy as jnp
+import numpy as np
+import pytest
+import scipy.linalg
+
+from mbrl.cli import main
+from mbrl.core.types import Transitions
+from mbrl.ope.fqe import FQEConfig, fit_fqe
+
+A = np.array([[0.9, 0.1], [0.0, 0.9]])
+B = np.array([[0.0], [0.1]])
+ACTION_COST, GAMMA = 0.1, 0.9
+# Policies a = -K s: two that stay inside the data's actions, one that pushes the state away.
+GAINS = {"none": [0.0, 0.0], "damping": [0.3, 0.6], "pushing": [-0.3, -0.6]}
+FQE = FQEConfig(heads=5, hidden_sizes=(64, 64), gamma=GAMMA, steps=4000, chunk=250, min_steps=1000, patience=4)
+
+
+def linear_system(episodes: int, length: int, seed: int):
+    """s' = A s + B a, r = -(s's + 0.1 a²), from s0 ~ U(-1, 1)² under uniform random actions; episodes cut by a
+    time limit (bootstrapped)."""
+    rng = np.random.default_rng(seed)
+    rows, starts = {k: [] for k in ("obs", "action", "reward", "next_obs")}, []
+    for _ in range(episodes):
+        s = rng.uniform(-1, 1, 2)
+        starts.append(s)
+        for _ in range(length):
+            a = rng.uniform(-1, 1, 1)
+            s_next = A @ s + B @ a
+            for key, value in zip(rows, (s, a, -(s @ s) - ACTION_COST * (a @ a), s_next)):
+                rows[key].append(value)
+            s = s_next
+    n = episodes * length
+    timeout = np.zeros(n, bool)
+    timeout[length - 1::length] = True
+    arrays = {k: np.asarray(v, np.float32) for k, v in rows.items()}
+    t = Transitions.from_arrays(arrays["obs"], arrays["action"], arrays["reward"], arrays["next_obs"], np.zeros(n, bool), timeout)
+    return t, np.asarray(starts, np.float32)
+
+
+def true_value(gain, starts) -> float:
+    """The discounted value, -s0' P s0 averaged over the starts, P = Q + K'RK + γ (A - BK)' P (A - BK)."""
+    k = np.asarray([gain])
+    closed = A - B @ k
+    p = scipy.linalg.solve_discrete_lyapunov(np.sqrt(GAMMA) * closed.T, np.eye(2) + ACTION_COST * k.T @ k)
+    return float(np.mean([-s @ p @ s for s in starts]))
+
+
+@pytest.fixture(scope="module")
+def fits():
+    train, starts = linear_system(100, 30, seed=0)
+    heldout, _ = linear_system(20, 30, seed=1)
+    out = {}
+    for name, gain in GAINS.items():
+        policy = lambda obs, k=jnp.asarray([gain], jnp.float32): -obs @ k.T  # noqa: E731
+        out[name] = (fit_fqe(policy, train, heldout, starts, FQE), true_value(gain, starts))
+    return out
+
+
+@pytest.mark.parametrize("name", ["none", "damping"])
+def test_fqe_recovers_the_closed_form_value_within_its_interval(fits, name):
+    result, truth = fits[name]
+    low, high = result.interval
+    assert low <= truth <= high, (truth, result.interval)
+    assert abs(result.value - truth) < 0.05 * abs(truth), (truth, result.value)
+    assert len(result.head_values) == FQE.heads and result.steps == FQE.steps
+
+
+def test_fqe_ranks_policies_of_clearly_different_value(fits):
+    truths = {name: truth for name, (_, truth) in fits.items()}
+    estimates = {name: result.value for name, (result, _) in fits.items()}
+    assert sorted(truths, key=truths.get) == sorted(estimates, key=estimates.get) == ["pushing", "none", "damping"]
+
+
+def test_an_empty_holdout_is_refused():
+    from mbrl.core.errors import DatasetError
+
+    train, starts = linear_system(4, 10, seed=0)
+    with pytest.raises(DatasetError, match="held-out data is empty"):
+        fit_fqe(lambda obs: obs[:, :1], train, train.slice(np.arange(0)), starts, FQE)
+
+
+# ------------------------------------------------------------------------------------------------ mbrl ope
+
+
+@pytest.fixture(scope="module")
+def bc_run(hopper_tiny_path, tmp_path_factory):
+    from mbrl import config as config_io
+    from mbrl.train import run
+
+    config = config_io.build("bc", str(hopper_tiny_path), "quick", {
+        "bc": {"hidden_sizes": [32, 32], "batch_size": 32},
+        "schedule": {"epochs": 1, "updates_per_epoch": 50, "eval_every": 1, "eval_episodes": 1},
+        "logging": {"progress": False}})
+    return run(config, tmp_path_factory.mktemp("ope") / "bc").run_dir
+
+
+FAST = ["--fqe.steps", "400", "--fqe.chunk", "100", "--fqe.min-steps", "200", "--fqe.hidden-sizes", "32", "32"]
+
+
+def test_ope_judges_a_run_from_its_data(bc_run, hopper_tiny_path, capsys):
+    assert main(["ope", str(bc_run), "--dataset", str(hopper_tiny_path), "--holdout", "0.3", "--json", *FAST]) == 0
+    report = json.loads(capsys.readouterr().out)
+    [fqe] = report["estimates"]  # BC has no critics and no world model: FQE alone
+    assert fqe["method"] == "fqe" and fqe["low"] <= fqe["value"] <= fqe["high"] and np.isfinite(fqe["value"])
+    assert report["initial_states"] > 1 and len(fqe["heads"]) == 5
+
+
+def test_ope_bad_input_gets_one_line_and_exit_2(bc_run, hopper_tiny_path, tmp_path, capsys):
+    t, _ = linear_system(10, 10, seed=0)
+    other = tmp_path / "linear.npz"  # a NeoRL-2 layout file, 2 observations and 1 action
+    np.savez(other, obs=t.obs, next_obs=t.next_obs, action=t.action, reward=t.reward, done=t.terminal,
+             truncated=t.timeout)
+    cases = [
+        (["--dataset", str(other)], "takes 11 observations and gives 3 actions"),
+        (["--dataset", str(hopper_tiny_path), "--holdout", "0.01"], "holds out no episode"),
+        (["--dataset", str(hopper_tiny_path), "--method", "critic"], "no critics"),
+        (["--dataset", str(hopper_tiny_path), "--holdout", "1.5"], "--holdout"),
+    ]
+    for args, expected in cases:
+        assert main(["ope", str(bc_run), *args, *FAST]) == 2
+        err = capsys.readouterr().err.strip()
+        assert len(err.splitlines()) == 1 and expected in err, err
+    assert main(["ope", str(tmp_path), "--dataset", str(hopper_tiny_path)]) == 2
+    assert "neither a run directory" in capsys.readouterr().err
