@@ -2,7 +2,8 @@
 a fixed policy, learnt from the dataset alone by iterated Bellman regression.
 
 The policy never changes, so its action at every next state is computed once, before fitting; fitting is then a
-regression of Q(s, a) on r + γ (1 - terminal) Q̄(s', π(s')), Q̄ a Polyak-averaged copy (a time limit bootstraps). K
+regression of Q(s, a) on r + γ (1 - terminal) Q̄(s', π(s')), Q̄ a copy refreshed every `target_every` steps (one
+iteration of FQE; a time limit bootstraps, so the value is the infinite-horizon discounted one). K
 Q-functions are fitted side by side in one vmapped program, each from its own initialisation and its own minibatches;
 their spread at the initial states is the interval. Compiled chunks of steps alternate with a check of the TD error
 on held-out transitions, which keeps the best weights and stops the fit when it no longer falls.
@@ -45,8 +46,9 @@ class FQEConfig:
     """Adam's step size."""
     batch_size: int = 256
     """Transitions per head per step."""
-    tau: float = 0.005
-    """The Polyak rate of the target Q-functions."""
+    target_every: int = 100
+    """Steps between copies of the Q-functions into their targets: each copy is one FQE iteration, so a fit of
+    `steps` takes steps / target_every iterations, and the value's residual shrinks by γ per iteration."""
     steps: int = 20_000
     """The most gradient steps."""
     chunk: int = 500
@@ -60,13 +62,11 @@ class FQEConfig:
     """Initialisation, minibatches and the held-out episodes."""
 
     def __post_init__(self):
-        for name in ("heads", "batch_size", "steps", "chunk", "patience"):
+        for name in ("heads", "batch_size", "steps", "chunk", "patience", "target_every"):
             if int(getattr(self, name)) < 1:
                 raise ConfigError(f"fqe.{name}: expected a positive int, found {getattr(self, name)}")
         if not 0.0 < self.gamma < 1.0:
             raise ConfigError(f"fqe.gamma: expected a value in (0, 1), found {self.gamma}")
-        if not 0.0 < self.tau <= 1.0:
-            raise ConfigError(f"fqe.tau: expected a value in (0, 1], found {self.tau}")
         if not self.learning_rate > 0:
             raise ConfigError(f"fqe.learning_rate: expected a positive value, found {self.learning_rate}")
         if self.min_steps < 0:
@@ -115,7 +115,7 @@ def arrays(t: Transitions, next_action: np.ndarray, reward_scale: float) -> dict
 
 class FQEPrograms(NamedTuple):
     """The compiled pieces of a fit. `chunk(carry, key, data, norm)`: `config.chunk` steps; `heldout_td(params,
-    target, norm, held)`; `init(key, obs, action)` -> carry (params, target params, Adam state); `values(params,
+    target, norm, held)`; `init(key, obs, action)` -> carry (params, target params, Adam state, steps); `values(params,
     norm, obs, action)` -> (heads,). `data`/`held` as `arrays` gives them, `norm` = (obs mean, obs std)."""
 
     chunk: Callable
@@ -145,14 +145,16 @@ def fqe_programs(config: FQEConfig) -> FQEPrograms:
         rows_total = data["obs"].shape[0]
 
         def step(carry, key):
-            params, target, opt_state = carry
+            params, target, opt_state, count = carry
             rows = jax.random.randint(key, (config.heads, config.batch_size), 0, rows_total)
             batch = jax.tree.map(lambda x: x[rows], data)
             loss, grads = jax.value_and_grad(lambda p: jnp.mean(td_errors(p, target, norm, batch) ** 2))(params)
             updates, opt_state = tx.update(grads, opt_state, params)
             params = optax.apply_updates(params, updates)
-            target = jax.tree.map(lambda t, p: (1.0 - config.tau) * t + config.tau * p, target, params)
-            return (params, target, opt_state), loss
+            count = count + 1
+            refresh = count % config.target_every == 0
+            target = jax.tree.map(lambda t, p: jnp.where(refresh, p, t), target, params)
+            return (params, target, opt_state, count), loss
 
         carry, losses = jax.lax.scan(step, carry, jax.random.split(key, config.chunk))
         return carry, jnp.mean(losses)
@@ -164,7 +166,7 @@ def fqe_programs(config: FQEConfig) -> FQEPrograms:
     @jax.jit
     def init(key, obs, action):
         params = jax.vmap(critic.init, in_axes=(0, None, None))(jax.random.split(key, config.heads), obs, action)
-        return params, jax.tree.map(jnp.copy, params), tx.init(params)
+        return params, jax.tree.map(jnp.copy, params), tx.init(params), jnp.zeros((), jnp.int32)
 
     @jax.jit
     def values(params, norm, obs, action):

@@ -1,7 +1,7 @@
 """Off-policy evaluation throughput.
 
 - `fqe_fit`: FQE's gradient steps per second (`mbrl.ope.fqe`): 5 Q-heads of 2x256 with LayerNorm, each on its own
-  batch of 256 per step, with Polyak targets, as `mbrl ope` fits them by default; halfcheetah's sizes (obs 17,
+  batch of 256 per step, targets copied every 100 steps, as `mbrl ope` fits them by default; halfcheetah's sizes (obs 17,
   act 6) and 1M rows. FLOPs per step come from XLA's cost analysis of a one-step program; `roofline_fraction`
   divides the achieved FLOP/s by `matmul_gflops`. Compare it with `sac2_update` in the same run.
 """

@@ -1,0 +1,90 @@
+"""The estimators of `mbrl ope`, each a dict of its value, interval and details (None where it does not apply):
+FQE, the run's own critics, and the greedy return in its world model (the sweep's offline objective)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from mbrl.core.errors import ConfigError
+from mbrl.ope.fqe import FQEConfig
+
+UNAVAILABLE = {
+    "critic": "the policy has no critics of its own here (a run of the SAC-N family: --algo mopo or ravl)",
+    "model": "no world model: the policy is not a run with one; give --world-model DIR with a run directory",
+}
+
+
+def fqe_estimate(policy, dataset, initial: np.ndarray, holdout: float, config: FQEConfig) -> dict:
+    """FQE's value of `policy`, fitted on `dataset` less a `holdout` fraction of its episodes (or beside its -val
+    file), at the `initial` states."""
+    from mbrl.ope.fqe import fit_fqe
+    from mbrl.sweep.objective import split_holdout
+
+    train, held = split_holdout(dataset, holdout, seed=config.seed)
+    if held is None or len(held) == 0:
+        raise ConfigError(f"--holdout {holdout}: holds out no episode of {dataset.num_episodes}; FQE checks its fit "
+                          "on held-out episodes (a larger fraction, or a dataset with more episodes or a -val file)")
+    result = fit_fqe(policy.act, train.transitions, held, initial, config)
+    low, high = result.interval
+    return {"method": "fqe", "kind": "discounted value", "value": result.value, "low": low, "high": high,
+            "gamma": config.gamma, "heads": [float(v) for v in result.head_values], "steps": result.steps,
+            "stop_reason": result.stop_reason, "heldout_td": result.heldout_td[-1],
+            "detail": f"γ {config.gamma}, {config.heads} heads, {result.steps:,} steps, {result.stop_reason}, "
+                      f"held-out TD {result.heldout_td[-1]:.3g}"}
+
+
+def critic_estimate(policy, initial: np.ndarray) -> dict | None:
+    """The run's own critics at the `initial` states (SAC-N runs; None otherwise)."""
+    import jax
+    import jax.numpy as jnp
+
+    from agents.sac_n import SACNAgent
+
+    run = policy.run
+    if run is None or not isinstance(run.trainer.agent, SACNAgent):
+        return None
+    core = run.trainer.agent.core
+    member = jax.tree.map(lambda x: x[policy.member], run.state.agent)
+    obs = jnp.asarray(initial, jnp.float32)
+    q = core.critic.apply(member.critic_params, obs, policy.act(obs))  # (critics, states)
+    per_critic = np.asarray(jnp.mean(q, axis=1), np.float64)
+    value = float(np.mean(np.min(np.asarray(q), axis=0)))
+    return {"method": "critic", "kind": "discounted value", "value": value, "low": float(per_critic.min()),
+            "high": float(per_critic.max()), "gamma": core.config.gamma,
+            "detail": f"γ {core.config.gamma}, min over {len(per_critic)} critics; biased: trained on its own targets"}
+
+
+def model_estimate(policy, dataset, world_model: Path | None, starts: int, horizon: int | None) -> dict | None:
+    """The greedy return of a run's policy in a world model (`world_model`, else the run's own; None without)."""
+    from envs.tasks import TASKS
+    from mbrl.core.score import normalized_score
+    from mbrl.sweep.objective import model_returns
+    from mbrl.train import _reference_scores
+    from world_models.model import ModelInfo
+    from world_models.recurrent import load_model
+
+    run = policy.run
+    if run is None:
+        return None
+    paths = [Path(world_model)] if world_model is not None else [
+        run.run_dir / p for p in (run.facts or {}).get("world_models", [])]
+    if not paths:
+        return None
+    path = paths[policy.member] if len(paths) > 1 else paths[0]
+    if not (path / "model.json").is_file():
+        raise ConfigError(f"--world-model {path}: no model.json; expected a directory written by `mbrl model fit`")
+    task = TASKS.get(dataset.info.task) if dataset.info.task else None
+    model = load_model(path, **(task.model_fns() if task is not None else {})).replace(info=ModelInfo())
+    if hasattr(model, "warm_up"):
+        raise ConfigError(f"--world-model {path}: a recurrent world model (RWM-U); the model estimate imagines from "
+                          "single states, give an MLP ensemble")
+    horizon = horizon or int(dataset.episode_lengths().max())
+    returns = model_returns(run.trainer, run.state, model, dataset, starts=starts, horizon=horizon)[policy.member]
+    ref = _reference_scores(dataset, task)
+    value = float(np.mean(returns))
+    return {"method": "model", "kind": "return", "value": value, "low": float(np.min(returns)),
+            "high": float(np.max(returns)), "horizon": horizon,
+            "normalized": None if ref is None else float(normalized_score(value, *ref)),
+            "detail": f"undiscounted over {horizon} steps, {len(returns)} elites x {starts} starts"}

@@ -1,0 +1,170 @@
+"""Off-policy evaluation against the truth, DOPE's protocol (Fu et al. 2021): a set of policies of known return on
+one dataset, each judged from the data alone by every estimator of `mbrl ope`, then ranked against its true
+discounted return from simulated episodes.
+
+    python scripts/ope_benchmark.py --dataset neorl2:DMSD --runs RUN_DIR [RUN_DIR ...] --episodes 100 \\
+        --untrained 2 --out results/ope/dmsd
+
+Policies: every training seed of every run directory given (any Markov algorithm), plus `--untrained N`
+deliberately bad ones (the first run's agent at N fresh initialisations). Truth: `--episodes` simulated episodes
+per policy from fixed reset seeds; the discounted return with FQE's γ (what FQE estimates) and the undiscounted one
+(the normalized score). Metrics per estimator, against the discounted truth: Spearman's rank correlation, regret@1
+(the true value lost by picking the estimator's best, over the true range), and the mean absolute error over the
+true range; each with a 95% bootstrap interval over policies. Writes OUT/policies.jsonl (one line per policy) and
+OUT/metrics.json, and prints the metrics as JSON lines.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+
+def true_returns(policy, task, episodes: int, gamma: float, seed: int, steps: int | None) -> tuple[float, float]:
+    """(mean discounted return over `steps`-step episodes, mean undiscounted return over the task's own episodes),
+    `episodes` seeded episodes each. FQE bootstraps through the time limit, so its value is the infinite-horizon
+    one: the discounted truth runs the env past its limit, to `steps` (γ^steps negligible)."""
+    discounted = _returns(policy, task, episodes, seed, steps, gamma)
+    undiscounted = _returns(policy, task, episodes, seed, None, 1.0)
+    return discounted, undiscounted
+
+
+def _returns(policy, task, episodes: int, seed: int, steps: int | None, gamma: float) -> float:
+    from envs import lockstep
+
+    envs = [task.make_env(**({} if steps is None else {"max_episode_steps": steps})) for _ in range(episodes)]
+    try:
+        slots = lockstep.run(envs, lockstep.markov(lambda obs: np.asarray(policy.act(obs))),
+                             lambda slot, episode: seed + slot, episodes=1)
+    finally:
+        for env in envs:
+            env.close()
+    rewards = [ep.rewards.astype(np.float64) for (ep,) in slots]
+    return float(np.mean([np.sum(r * gamma ** np.arange(len(r))) for r in rewards]))
+
+
+def untrained_policies(run_dir: Path, count: int):
+    """The run's agent at `count` fresh initialisations: the bad end of the policy set."""
+    import jax
+
+    from mbrl.export_run import run_policy_spec
+    from mbrl.export import policy_function
+    from mbrl.ope.policy import JudgedPolicy
+    from mbrl.train import load_run
+
+    run = load_run(run_dir)
+    agent = run.trainer.agent
+    out = []
+    for i in range(count):
+        params = agent.actor_params(agent.init(jax.random.PRNGKey(1000 + i)))
+        spec = run_policy_spec(run, params, f"untrained-{i}", {"algo": run.config.algo, "run_dir": str(run_dir)})
+        out.append((f"untrained-{i}", JudgedPolicy(jax.vmap(policy_function(spec)), spec.obs_dim, spec.act_dim,
+                                                   f"untrained-{i}")))
+    return out
+
+
+def metrics(estimates: np.ndarray, truth: np.ndarray, rng: np.random.Generator, draws: int = 1000) -> dict:
+    from mbrl.sweep.objective import spearman
+
+    span = float(truth.max() - truth.min()) or 1.0
+
+    def one(index):
+        e, t = estimates[index], truth[index]
+        return (spearman(e, t) if len(set(t.tolist())) > 1 else np.nan,
+                (t.max() - t[np.argmax(e)]) / span, float(np.mean(np.abs(e - t))) / span)
+
+    point = one(np.arange(len(truth)))
+    boot = np.array([one(rng.integers(0, len(truth), len(truth))) for _ in range(draws)], np.float64)
+    names = ("spearman", "regret_at_1", "abs_error_over_range")
+    return {name: {"value": round(float(point[k]), 3),
+                   "ci95": [round(float(np.nanpercentile(boot[:, k], 2.5)), 3),
+                            round(float(np.nanpercentile(boot[:, k], 97.5)), 3)]}
+            for k, name in enumerate(names)}
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--dataset", required=True)
+    parser.add_argument("--runs", nargs="+", required=True, type=Path)
+    parser.add_argument("--untrained", type=int, default=2)
+    parser.add_argument("--episodes", type=int, default=100)
+    parser.add_argument("--eval-seed", type=int, default=50_000)
+    parser.add_argument("--holdout", type=float, default=0.1)
+    parser.add_argument("--fqe-steps", type=int, default=20_000)
+    parser.add_argument("--fqe-hidden", type=int, nargs="+", default=[256, 256])
+    parser.add_argument("--gamma", type=float, default=0.99)
+    parser.add_argument("--truth-steps", type=int, default=1000, help="episode length of the discounted truth")
+    parser.add_argument("--target-every", type=int, default=100)
+    parser.add_argument("--out", type=Path, required=True)
+    args = parser.parse_args(argv)
+
+    from envs.tasks import TASKS
+    from mbrl import datasets
+    from mbrl.core.score import normalized_score, reference_scores
+    from mbrl.ope.estimates import critic_estimate, fqe_estimate, model_estimate
+    from mbrl.ope.fqe import FQEConfig
+    from mbrl.ope.policy import load_policy
+
+    dataset = datasets.load(args.dataset)
+    task = TASKS.get(dataset.info.task)
+    if task is None or not task.has_env:
+        print(f"{args.dataset}: no simulator task; the truth needs one", file=sys.stderr)
+        return 2
+    fqe = FQEConfig(steps=args.fqe_steps, hidden_sizes=tuple(args.fqe_hidden), gamma=args.gamma,
+                    min_steps=min(5_000, args.fqe_steps // 2), target_every=args.target_every)
+    initial = dataset.transitions.obs[dataset.episode_starts]
+    ref = reference_scores(dataset.info.ref_min_score, dataset.info.ref_max_score, task)
+    policies = []
+    for run_dir in args.runs:
+        from mbrl import config as config_io
+
+        seeds = config_io.load(run_dir / "config.json").seeds
+        policies += [(f"{run_dir.name}#{i}", load_policy(run_dir, i)) for i in range(seeds)]
+    policies += untrained_policies(args.runs[0], args.untrained)
+
+    args.out.mkdir(parents=True, exist_ok=True)
+    done = {}
+    log = args.out / "policies.jsonl"
+    if log.exists():  # resumable: a policy judged before is read back
+        done = {r["policy"]: r for r in map(json.loads, log.read_text().splitlines())}
+    for name, policy in policies:
+        if name in done:
+            continue
+        discounted, undiscounted = true_returns(policy, task, args.episodes, args.gamma, args.eval_seed, args.truth_steps)
+        row = {"policy": name, "true_discounted": discounted, "true_return": undiscounted,
+               "true_normalized": None if ref is None else float(normalized_score(undiscounted, *ref))}
+        for method, estimate in (("fqe", fqe_estimate(policy, dataset, initial, args.holdout, fqe)),
+                                 ("critic", critic_estimate(policy, initial)),
+                                 ("model", model_estimate(policy, dataset, None, 64, None))):
+            if estimate is not None:
+                row[method] = {k: estimate[k] for k in ("value", "low", "high")}
+        done[name] = row
+        with log.open("a") as f:
+            f.write(json.dumps(row) + "\n")
+        print(json.dumps(row), flush=True)
+
+    rows = [done[name] for name, _ in policies]
+    truth = np.array([r["true_discounted"] for r in rows])
+    rng = np.random.default_rng(0)
+    out = {"dataset": args.dataset, "policies": len(rows), "episodes": args.episodes, "gamma": args.gamma,
+           "fqe_steps": args.fqe_steps, "target_every": args.target_every, "truth_steps": args.truth_steps,
+           "methods": {}}
+    for method in ("fqe", "critic", "model"):
+        have = [i for i, r in enumerate(rows) if method in r]
+        if len(have) < 3:
+            continue
+        estimates = np.array([rows[i][method]["value"] for i in have])
+        out["methods"][method] = {"policies": len(have), **metrics(estimates, truth[have], rng)}
+        print(json.dumps({"method": method, **out["methods"][method]}))
+    (args.out / "metrics.json").write_text(json.dumps(out, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
