@@ -204,6 +204,16 @@ def test_the_offline_objective_needs_no_simulator(robot_only_dataset, tmp_path, 
     assert all(float(r["value"]) == float(r["offline_objective"]) < float(r["offline_estimate"]) for r in table)
 
 
+def test_the_fqe_objective_scores_each_trial_by_its_fqe_value(robot_only_dataset, tmp_path):
+    space = write(tmp_path / "space.toml", SPACE)
+    assert main(sweep_args(robot_only_dataset, space, tmp_path / "fqe", "--objective", "fqe", "--trials", "2",
+                           "--population", "2", "--fqe-steps", "500", "--holdout", "0.2")) == 0
+    table = rows(tmp_path / "fqe")
+    assert len(table) == 2 and all(r["sim_score"] == "" for r in table)
+    assert all(float(r["value"]) == float(r["fqe_estimate"]) and np.isfinite(float(r["value"])) for r in table)
+    assert table[0]["fqe_estimate"] != table[1]["fqe_estimate"]  # two policies, two values
+
+
 # ------------------------------------------------------------------------------------------------ Ctrl-C
 
 

@@ -35,7 +35,8 @@ SweepArgs = config_io.options_class(
         ("population", Annotated[int, _arg("trials asked and trained at once, as one population", "K")],
          dataclasses.field(default=4)),
         ("objective", Annotated[str, _arg("sim: normalized score in MuJoCo; offline: the model's pessimistic return "
-                                          "estimate (no simulator needed)", "{sim,offline}")],
+                                          "estimate; fqe: Fitted Q Evaluation's value (both need no simulator)",
+                                          "{sim,offline,fqe}")],
          dataclasses.field(default="sim")),
         ("sampler", Annotated[str, _arg("Optuna sampler", "{tpe,gp,random}")], dataclasses.field(default="tpe")),
         ("sampler_seed", Annotated[int | None, _arg("seed of the sampler (default: random; workers must differ)", "INT", "")], 
@@ -62,6 +63,8 @@ dataclasses.field(default=None)),
         ("offline_horizon", Annotated[int | None, _arg("offline objective: imagined steps (default: the dataset's longest "
                                                        "episode)", "INT", "")], 
 dataclasses.field(default=None)),
+        ("fqe_steps", Annotated[int, _arg("fqe objective: FQE's gradient steps per trial member", "N")],
+         dataclasses.field(default=20_000)),
         ("heartbeat", Annotated[int, _arg("seconds between heartbeats; a trial silent for twice this is failed and run "
                                           "again", "SECONDS")], dataclasses.field(default=60)),
     ],
@@ -82,7 +85,8 @@ def settings_of(args):
         space=space, base=base, trials=args.trials, population=args.population, objective=args.objective,
         sampler=args.sampler, storage_url=url, study_name=args.study or name, sweep_dir=sweep_dir,
         world_model=args.world_model, heartbeat=args.heartbeat, last_evals=args.objective_evals, holdout=args.holdout,
-        offline_starts=args.offline_starts, offline_horizon=args.offline_horizon, sampler_seed=args.sampler_seed,
+        offline_starts=args.offline_starts, offline_horizon=args.offline_horizon, fqe_steps=args.fqe_steps,
+        sampler_seed=args.sampler_seed,
         progress=base.logging.progress)
     ensure_dataset(base.dataset)
     return settings
@@ -173,6 +177,8 @@ def print_summary(settings, study, summary: dict) -> None:
     if rho is not None:
         console.print(f"Spearman rank correlation of the offline objective with the sim score: {rho:.2f} "
                       f"over {summary['trials_with_both']} trials")
+    if summary.get("spearman_fqe_vs_sim") is not None:
+        console.print(f"Spearman rank correlation of FQE's estimate with the sim score: {summary['spearman_fqe_vs_sim']:.2f}")
     if "best" in summary:
         console.print(f"best config: {settings.sweep_dir / 'best' / 'config.json'} "
                       f"(mbrl train --config {settings.sweep_dir / 'best' / 'config.json'})")

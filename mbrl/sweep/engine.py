@@ -63,6 +63,7 @@ class Settings:
     holdout: float = 0.05
     offline_starts: int = 64
     offline_horizon: int | None = None
+    fqe_steps: int = 20_000
     sampler_seed: int | None = None
     progress: bool = True
 
@@ -71,7 +72,7 @@ class Settings:
             raise ConfigError(f"--objective: expected one of {', '.join(objectives.OBJECTIVES)}, found {self.objective!r}")
         if self.sampler not in SAMPLERS:
             raise ConfigError(f"--sampler: expected one of {', '.join(SAMPLERS)}, found {self.sampler!r}")
-        for name in ("trials", "population", "heartbeat", "last_evals", "offline_starts"):
+        for name in ("trials", "population", "heartbeat", "last_evals", "offline_starts", "fqe_steps"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ConfigError(f"--{name.replace('_', '-')}: expected a positive integer, found {value!r}")
@@ -487,6 +488,14 @@ class Sweep:
         def scored(value):
             return float(value) if ref is None else float(normalized_score(value, *ref))
 
+        fqe = None
+        if settings.objective == "fqe":
+            from mbrl.ope.fqe import FQEConfig
+
+            config = FQEConfig(steps=settings.fqe_steps, min_steps=min(FQEConfig.min_steps, settings.fqe_steps // 2),
+                               seed=base.seed)
+            fqe = np.asarray(objectives.fqe_values(trainer, result.state, train, heldout, config))
+
         estimate = [scored(r.mean()) for r in returns]
         spread = [scored(r.mean() + r.std()) - scored(r.mean()) for r in returns]
         lcb = [scored(r.mean() - r.std()) for r in returns]
@@ -498,11 +507,13 @@ class Sweep:
                 return None if values is None else float(np.mean(values[rows]))
 
             attrs = {"sim_score": mean(sim), "offline_estimate": mean(estimate), "offline_std": mean(spread),
-                     "offline_objective": mean(lcb), "q_trend": mean(trends), "heldout_td": mean(td),
+                     "offline_objective": mean(lcb), "fqe_estimate": mean(fqe), "q_trend": mean(trends),
+                     "heldout_td": mean(td),
                      "wall_seconds": round(seconds, 1), "population": len(members), "seeds": seeds}
             for name, value in attrs.items():
                 a.trial.set_user_attr(name, value)
-            value = attrs["sim_score"] if settings.objective == "sim" else attrs["offline_objective"]
+            value = {"sim": attrs["sim_score"], "offline": attrs["offline_objective"],
+                     "fqe": attrs["fqe_estimate"]}[settings.objective]
             if value is None:
                 raise ConfigError("--objective sim: the dataset has no simulator task to evaluate in; use --objective offline")
             self.study.tell(a.trial, value if np.isfinite(value) else float("nan"))
@@ -513,7 +524,7 @@ class Sweep:
 # ------------------------------------------------------------------------------------------------ outputs
 
 
-COLUMNS = ("sim_score", "offline_objective", "offline_estimate", "offline_std", "q_trend", "heldout_td",
+COLUMNS = ("sim_score", "offline_objective", "offline_estimate", "offline_std", "fqe_estimate", "q_trend", "heldout_td",
            "wall_seconds", "population", "worker")
 
 
@@ -550,13 +561,18 @@ def write_outputs(settings: Settings, study, plots: bool = False) -> dict[str, A
     summary["spearman_offline_vs_sim"] = objectives.spearman([t.user_attrs["offline_objective"] for t in both],
                                                              [t.user_attrs["sim_score"] for t in both])
     summary["trials_with_both"] = len(both)
+    with_fqe = [t for t in complete if t.user_attrs.get("sim_score") is not None
+                and t.user_attrs.get("fqe_estimate") is not None]
+    if with_fqe:
+        summary["spearman_fqe_vs_sim"] = objectives.spearman([t.user_attrs["fqe_estimate"] for t in with_fqe],
+                                                             [t.user_attrs["sim_score"] for t in with_fqe])
     if complete:
         best = max(complete, key=lambda t: t.value)
         config = trial_config(settings.base, best.params)
         (out / "best").mkdir(parents=True, exist_ok=True)
         config_io.save(config, out / "best" / "config.json")
         summary["best"] = {"number": best.number, "value": best.value, "params": best.params,
-                           **{k: best.user_attrs.get(k) for k in ("sim_score", "offline_objective")}}
+                           **{k: best.user_attrs.get(k) for k in ("sim_score", "offline_objective", "fqe_estimate")}}
     write_text_atomic(out / "summary.json", json.dumps(summary, indent=1) + "\n")
     if plots and len(complete) >= 2:
         write_plots(study, out)

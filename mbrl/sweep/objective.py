@@ -8,6 +8,9 @@
   spread, and the objective is the pessimistic mean - std, normalized like the sim score where the
   reference scores are known. A robot-only dataset (no simulator behind it) can use it.
 
+- `fqe`: Fitted Q Evaluation (`mbrl.ope.fqe`) of each member's deterministic policy on the training data, checked
+  on the held-out episodes: the discounted value at the dataset's initial states. Also needs no simulator.
+
 Beside the offline estimate come the critic's diagnostics of Kumar et al. 2021 ("A Workflow for Offline
 Model-Free Robotic Reinforcement Learning"): the trend of the mean Q over the second half of training
 (Q that keeps climbing signals overestimation) and the TD error on whole episodes held out from training.
@@ -24,7 +27,7 @@ import numpy as np
 
 from mbrl.core.types import OfflineDataset, Transitions
 
-OBJECTIVES = ("sim", "offline")
+OBJECTIVES = ("sim", "offline", "fqe")
 
 
 def split_holdout(dataset: OfflineDataset, fraction: float, seed: int = 0) -> tuple[OfflineDataset, Transitions | None]:
@@ -120,6 +123,33 @@ def heldout_td_errors(trainer, state, heldout: Transitions | None, rows: int = 4
         return metrics["critic_loss"] / core.config.num_critics  # the TD part, without EDAC's diversity term
 
     return np.asarray(jax.jit(jax.vmap(one))(state.agent, state.hypers), np.float64).tolist()
+
+
+def fqe_values(trainer, state, train: OfflineDataset, heldout: Transitions | None, config) -> list[float]:
+    """Per member of the population: FQE's discounted value (`mbrl.ope.fqe`, settings `config`) of its deterministic
+    policy, fitted on `train` and checked on `heldout`, at `train`'s initial states. Markov policies only."""
+    from mbrl.core.errors import ConfigError
+    from mbrl.core.types import PolicyInput
+    from mbrl.ope.fqe import fit_fqe
+
+    agent = trainer.agent
+    if agent.recurrent:
+        raise ConfigError("--objective fqe: the policy is recurrent; FQE judges Markov policies so far")
+    if heldout is None or len(heldout) == 0:
+        raise ConfigError("--objective fqe: no held-out episodes to check FQE's fit on; give --holdout (or a -val file)")
+    initial = train.transitions.obs[train.episode_starts]
+    members = jax.tree.leaves(state.agent)[0].shape[0]
+    values = []
+    for i in range(members):
+        params = jax.tree.map(lambda x, i=i: x[i], agent.actor_params(state.agent))
+
+        def policy(obs, params=params):
+            n = obs.shape[0]
+            inputs = PolicyInput(obs, jnp.zeros((n, agent.act_dim)), jnp.zeros(n), jnp.ones(n, bool))
+            return agent.act(params, (), inputs, jax.random.PRNGKey(0), True)[0]
+
+        values.append(fit_fqe(policy, train.transitions, heldout, initial, config).value)
+    return values
 
 
 def spearman(x, y) -> float | None:
