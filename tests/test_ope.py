@@ -19,7 +19,7 @@ B = np.array([[0.0], [0.1]])
 ACTION_COST, GAMMA = 0.1, 0.9
 # Policies a = -K s: two that stay inside the data's actions, one that pushes the state away.
 GAINS = {"none": [0.0, 0.0], "damping": [0.3, 0.6], "pushing": [-0.3, -0.6]}
-FQE = FQEConfig(heads=5, hidden_sizes=(64, 64), gamma=GAMMA, steps=4000, chunk=250, min_steps=1000, patience=4)
+FQE = FQEConfig(heads=5, hidden_sizes=(64, 64), gamma=GAMMA, steps=8000, chunk=500, min_steps=2000, patience=4)
 
 
 def linear_system(episodes: int, length: int, seed: int):
@@ -68,7 +68,7 @@ def test_fqe_recovers_the_closed_form_value_within_its_interval(fits, name):
     result, truth = fits[name]
     low, high = result.interval
     assert low <= truth <= high, (truth, result.interval)
-    assert abs(result.value - truth) < 0.05 * abs(truth), (truth, result.value)
+    assert abs(result.value - truth) < 0.04 * abs(truth), (truth, result.value)
     assert len(result.head_values) == FQE.heads and result.steps == FQE.steps
 
 

@@ -43,7 +43,7 @@ class FQEConfig:
     gamma: float = 0.99
     """The discount of the estimated value."""
     learning_rate: float = 3e-4
-    """Adam's step size."""
+    """Adam's step size at the start; it decays along a cosine to a tenth of it at `steps`."""
     batch_size: int = 256
     """Transitions per head per step."""
     target_every: int = 100
@@ -57,7 +57,7 @@ class FQEConfig:
     """Steps before a check may keep weights or stop the fit (values start at 0 and must grow first: an early TD
     error is low only because the targets are)."""
     patience: int = 5
-    """Checks without a 1% lower held-out TD error before the fit stops."""
+    """Checks without a 1% lower held-out TD error (relative to the targets' size) before the fit stops."""
     seed: int = 0
     """Initialisation, minibatches and the held-out episodes."""
 
@@ -129,16 +129,19 @@ def fqe_programs(config: FQEConfig) -> FQEPrograms:
     """The compiled pieces for one config, shared by every policy and dataset evaluated with it (the policy's
     actions and the observations' scale are data)."""
     critic = Critic(tuple(config.hidden_sizes), config.layer_norm)
-    tx = optax.adam(config.learning_rate)
+    # Cosine decay to a tenth: large steps while the values grow, small ones for a precise final fit.
+    tx = optax.adam(optax.cosine_decay_schedule(config.learning_rate, config.steps, alpha=0.1))
 
     def q(params, norm, obs, action):  # K heads' params on (K, B, ...) inputs, or on shared (B, ...) ones
         axes = 0 if obs.ndim == 3 else None
         return jax.vmap(critic.apply, in_axes=(0, axes, axes))(params, (obs - norm[0]) / norm[1], action)
 
-    def td_errors(params, target, norm, batch):
+    def targets(target, norm, batch):
         next_q = q(target, norm, batch["next_obs"], batch["next_action"])
-        y = batch["reward"] + config.gamma * (1.0 - batch["done"]) * next_q
-        return q(params, norm, batch["obs"], batch["action"]) - jax.lax.stop_gradient(y)
+        return jax.lax.stop_gradient(batch["reward"] + config.gamma * (1.0 - batch["done"]) * next_q)
+
+    def td_errors(params, target, norm, batch):
+        return q(params, norm, batch["obs"], batch["action"]) - targets(target, norm, batch)
 
     @functools.partial(jax.jit, donate_argnums=0)
     def chunk(carry, key, data, norm):
@@ -161,7 +164,8 @@ def fqe_programs(config: FQEConfig) -> FQEPrograms:
 
     @jax.jit
     def heldout_td(params, target, norm, held):
-        return jnp.mean(td_errors(params, target, norm, held) ** 2)
+        """(mean squared TD error, mean squared target): their ratio is the error relative to the values' size."""
+        return jnp.mean(td_errors(params, target, norm, held) ** 2), jnp.mean(targets(target, norm, held) ** 2)
 
     @jax.jit
     def init(key, obs, action):
@@ -185,8 +189,9 @@ def fit_fqe(policy: Callable, train: Transitions, heldout: Transitions, initial_
         raise DatasetError("FQE: the dataset has no transitions or no initial states")
     scale = ObsScale.of(train.obs)
     norm = (jnp.asarray(scale.mean, jnp.float32), jnp.asarray(scale.std, jnp.float32))
-    # Rewards in units of their mean magnitude, so that every dataset's Q targets are of order 1 / (1 - γ).
-    reward_scale = 1.0 / max(float(np.mean(np.abs(train.reward))), 1e-8)
+    # Rewards times (1 - γ) over their mean magnitude: every dataset's Q targets are then of order 1, which Adam's
+    # steps (about the learning rate per parameter) reach in a few thousand steps rather than 1 / (1 - γ) times more.
+    reward_scale = (1.0 - config.gamma) / max(float(np.mean(np.abs(train.reward))), 1e-8)
     data = arrays(train, policy_actions(policy, train.next_obs), reward_scale)
     held = arrays(heldout, policy_actions(policy, heldout.next_obs), reward_scale)
     start_obs = jnp.asarray(initial_obs, jnp.float32)
@@ -201,10 +206,13 @@ def fit_fqe(policy: Callable, train: Transitions, heldout: Transitions, initial_
         key, chunk_key = jax.random.split(key)
         carry, _ = chunk(carry, chunk_key, data, norm)
         steps += config.chunk
-        error = float(heldout_td(carry[0], carry[1], norm, held))
-        if not np.isfinite(error):
+        squared_error, squared_target = map(float, heldout_td(carry[0], carry[1], norm, held))
+        if not np.isfinite(squared_error):
             raise DatasetError("FQE diverged (non-finite held-out TD error); check the dataset's rewards")
-        history.append(error / reward_scale**2)
+        history.append(squared_error / reward_scale**2)
+        # Relative to the targets' size: the absolute error grows with the values as they grow from 0, which would
+        # favour early, too small ones.
+        error = squared_error / max(squared_target, 1e-12)
         if steps < config.min_steps:  # values are still growing from 0: no weights are kept yet
             continue
         if error < best * 0.99:
