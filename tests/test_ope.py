@@ -19,7 +19,7 @@ B = np.array([[0.0], [0.1]])
 ACTION_COST, GAMMA = 0.1, 0.9
 # Policies a = -K s: two that stay inside the data's actions, one that pushes the state away.
 GAINS = {"none": [0.0, 0.0], "damping": [0.3, 0.6], "pushing": [-0.3, -0.6]}
-FQE = FQEConfig(heads=5, hidden_sizes=(64, 64), gamma=GAMMA, steps=8000, chunk=500, min_steps=2000, patience=4)
+FQE = FQEConfig(heads=5, hidden_sizes=(32, 32), gamma=GAMMA, steps=8000, chunk=500, min_steps=2000, patience=4)
 
 
 def linear_system(episodes: int, length: int, seed: int):
