@@ -213,7 +213,7 @@ def run(config: FinetuneConfig | None, run_dir: str | Path, *, resume: bool = Fa
     from mbrl import datasets
     from mbrl.checkpoint import Checkpointer
     from mbrl.core import replay
-    from mbrl.core.score import normalized_score
+    from mbrl.core.score import normalized_score, scores_of
     from mbrl.core.types import Transitions
     from mbrl.evaluate import evaluate
     from mbrl.logging import METRICS_FILE, Progress, RunLogger, plot_learning_curve, read_metrics, truncate_metrics
@@ -305,7 +305,7 @@ def run(config: FinetuneConfig | None, run_dir: str | Path, *, resume: bool = Fa
         results = evaluation()
         if results is not None:
             record["eval"] = results
-            record["score_mean"] = (results["normalized_score"] or results["return_mean"])[0]
+            record["score_mean"] = scores_of(results)[0]
         record["seconds"] = round(seconds_before + time.perf_counter() - started, 3)
         logger.log(record)
         records = _Records()

@@ -16,6 +16,7 @@ import numpy as np
 
 from mbrl.core.errors import MissingDependencyError
 from mbrl.core.files import write_text_atomic
+from mbrl.core.score import score_key, score_label
 
 METRICS_FILE = "metrics.jsonl"
 
@@ -172,7 +173,7 @@ def plot_learning_curve(records: list[dict], path: str | Path, title: str, x_key
     points = [r for r in records if r.get("eval")]
     if not points:
         return None
-    key = "normalized_score" if all(r["eval"].get("normalized_score") is not None for r in points) else "return_mean"
+    key = score_key(*(r["eval"] for r in points))
     x = np.array([r[x_key] for r in points], np.float64)
     stats = np.array([mean_stderr(r["eval"][key]) for r in points])
     fig, ax = plt.subplots(figsize=(6, 4), dpi=120)
@@ -180,7 +181,7 @@ def plot_learning_curve(records: list[dict], path: str | Path, title: str, x_key
     ax.fill_between(x, stats[:, 0] - stats[:, 1], stats[:, 0] + stats[:, 1], alpha=0.25)
     seeds = len(points[-1]["eval"][key])
     ax.set_xlabel(x_label)
-    ax.set_ylabel("normalized score" if key == "normalized_score" else "return")
+    ax.set_ylabel(score_label(key))
     ax.set_title(f"{title}\n{seeds} seed{'s' if seeds > 1 else ''}, mean ± stderr", fontsize=10)
     ax.grid(alpha=0.3)
     fig.tight_layout()

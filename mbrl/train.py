@@ -544,7 +544,7 @@ def run(
     from mbrl import config as config_io
     from mbrl import datasets
     from mbrl.checkpoint import Checkpointer
-    from mbrl.core.score import normalized_score
+    from mbrl.core.score import normalized_score, scores_of
     from mbrl.logging import METRICS_FILE, Progress, RunLogger, mean_stderr, plot_learning_curve, read_metrics, truncate_metrics
 
     start_time = time.perf_counter()
@@ -624,7 +624,7 @@ def run(
             record = {"epoch": r.epoch, "updates": r.updates, "seeds": seeds, "train": r.train}
             if r.eval is not None:
                 record["eval"] = r.eval
-                scores = r.eval["normalized_score"] or r.eval["return_mean"]
+                scores = scores_of(r.eval)
                 mean, stderr = mean_stderr(scores)
                 record["score_mean"], record["score_stderr"] = mean, stderr
                 last_status = f"score {mean:.1f} ± {stderr:.1f}"

@@ -79,6 +79,7 @@ def final_evaluation(run_dir: Path, episodes: int) -> dict:
     """The finished run's policies scored on `episodes` episodes per seed (NeoRL-2 scores with 1,000), with the
     resets `mbrl eval` uses."""
     from envs.tasks import get_task
+    from mbrl.core.score import scores_of
     from mbrl.logging import mean_stderr
     from mbrl.train import load_run
 
@@ -89,7 +90,7 @@ def final_evaluation(run_dir: Path, episodes: int) -> dict:
     ref_scores = tuple(loaded.facts["ref_scores"]) if loaded.facts.get("ref_scores") else None
     results = loaded.trainer.evaluate(loaded.state, get_task(task), loaded.seeds, ref_scores, episodes=episodes,
                                       eval_seed=loaded.config.schedule.eval_seed)
-    scores = results["normalized_score"] or results["return_mean"]
+    scores = scores_of(results)
     mean, stderr = mean_stderr(scores)
     return {"final_episodes": episodes, "final_scores": list(map(float, scores)), "final_mean": mean,
             "final_stderr": stderr}

@@ -23,6 +23,7 @@ class EvalArgs:
 
 def evaluate(args: EvalArgs) -> int:
     from envs.tasks import get_task
+    from mbrl.core.score import score_key, score_label, scores_of
     from mbrl.logging import mean_stderr
     from mbrl.train import load_run
 
@@ -35,8 +36,7 @@ def evaluate(args: EvalArgs) -> int:
     ref_scores = tuple(facts["ref_scores"]) if facts.get("ref_scores") else None
     results = loaded.trainer.evaluate(loaded.state, get_task(facts["task"]), seeds, ref_scores, episodes=args.episodes,
                                       eval_seed=config.schedule.eval_seed if args.seed is None else args.seed)
-    scores = results["normalized_score"] or results["return_mean"]
-    label = "normalized score" if results["normalized_score"] is not None else "return"
+    scores, label = scores_of(results), score_label(score_key(results))
     for seed, score, ret in zip(seeds, scores, results["return_mean"]):
         print(f"seed {seed}: {label} {score:.1f} (return {ret:.1f}, {args.episodes} episodes)")
     mean, stderr = mean_stderr(scores)

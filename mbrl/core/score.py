@@ -12,6 +12,24 @@ def normalized_score(episode_return, ref_min_score: float, ref_max_score: float)
     return 100.0 * (np.asarray(episode_return, np.float64) - ref_min_score) / (ref_max_score - ref_min_score)
 
 
+SCORE_KEY, RETURN_KEY = "normalized_score", "return_mean"
+
+
+def score_key(*evaluations: dict) -> str:
+    """The key an evaluation record is scored by: its normalized score where every one of `evaluations` has one
+    (the task has reference scores), else its mean return. The one fallback every report and objective uses."""
+    return SCORE_KEY if evaluations and all(e.get(SCORE_KEY) is not None for e in evaluations) else RETURN_KEY
+
+
+def scores_of(evaluation: dict) -> list[float]:
+    """Per member: an evaluation record's normalized scores, else its mean returns (`score_key`)."""
+    return list(evaluation[score_key(evaluation)])
+
+
+def score_label(key: str) -> str:
+    return "normalized score" if key == SCORE_KEY else "return"
+
+
 def reference_scores(ref_min_score: float | None, ref_max_score: float | None, task=None) -> tuple[float, float] | None:
     """The (min, max) pair a score is normalized by: the given one (a dataset's own, or the caller's),
     else the task's references (`task` is a TaskSpec or any object with `ref_min_score` / `ref_max_score`),

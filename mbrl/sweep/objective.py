@@ -55,7 +55,9 @@ def sim_scores(records: list[dict], last: int) -> list[float] | None:
     evals = [r["eval"] for r in records if r.get("eval")]
     if not evals:
         return None
-    key = "normalized_score" if evals[-1].get("normalized_score") is not None else "return_mean"
+    from mbrl.core.score import score_key
+
+    key = score_key(*evals[-last:])
     values = np.asarray([e[key] for e in evals[-last:]], np.float64)
     return values.mean(axis=0).tolist()
 
