@@ -353,11 +353,11 @@ def override(obj, overrides: dict[str, Any], where: str = ""):
         raise ConfigError(f"{where or 'config'}: {exc}") from None
 
 
-def _merge(base: dict, extra: dict) -> dict:
+def merge_overrides(base: dict, extra: dict) -> dict:
     out = dict(base)
     for key, value in extra.items():
         if isinstance(value, dict) and isinstance(out.get(key), dict):
-            out[key] = _merge(out[key], value)
+            out[key] = merge_overrides(out[key], value)
         else:
             out[key] = value
     return out
@@ -395,10 +395,10 @@ def build(algo: str = "ravl", dataset: str = "hopper-medium", preset: str = "qui
     names = unread(algo, overrides or {})
     if names:
         raise ConfigError(refusal(algo, names))
-    layers = _merge(presets.preset(algo, preset, dataset_key(dataset)), {"algo": algo, "dataset": dataset, "preset": preset})
+    layers = merge_overrides(presets.preset(algo, preset, dataset_key(dataset)), {"algo": algo, "dataset": dataset, "preset": preset})
     # From the plain defaults, so that nothing `base` derived from its own sections (mopo-ppo's updates per epoch)
     # stands in for a value given here.
-    return override(TrainConfig(), _merge(layers, overrides or {}))
+    return override(TrainConfig(), merge_overrides(layers, overrides or {}))
 
 
 def to_dict(config: TrainConfig) -> dict[str, Any]:
@@ -527,7 +527,7 @@ def from_the_preset(section: str, name: str, default) -> str:
     return "(default: from the preset)" if section else the_default(section, name, default)  # top level: no preset
 
 
-def _mirror_fields(cls, prefix: str, hint: Hint, section: str = "") -> list:
+def mirror_fields(cls, prefix: str, hint: Hint, section: str = "") -> list:
     """The fields of `cls` as `T | None = None` options; a nested dataclass becomes a nested mirror."""
     import tyro
 
@@ -547,7 +547,7 @@ def _mirror_fields(cls, prefix: str, hint: Hint, section: str = "") -> list:
 
 
 def _mirror(cls, prefix: str, hint: Hint, section: str = ""):
-    mirror = dataclasses.make_dataclass(f"{prefix}{cls.__name__}Options", _mirror_fields(cls, prefix, hint, section), frozen=True)
+    mirror = dataclasses.make_dataclass(f"{prefix}{cls.__name__}Options", mirror_fields(cls, prefix, hint, section), frozen=True)
     mirror.__module__ = __name__
     return mirror
 
@@ -611,7 +611,7 @@ TrainArgs = options_class(
         ("world_model", _path_arg("reuse this fitted world model (from `mbrl model fit` or a run's world_model/)", "DIR",
                                   "(default: fit one)"), dataclasses.field(default=None)),
     ],
-    _mirror_fields(TrainConfig, "", from_the_preset),
+    mirror_fields(TrainConfig, "", from_the_preset),
 )
 
 
@@ -624,7 +624,7 @@ def resolve(args) -> TrainConfig:
         base = to_dict(load(args.config))
         base.pop("version", None)
         refuse_unread_options(given.get("algo", base["algo"]), given)
-        return from_dict(_merge(base, given), str(args.config))
+        return from_dict(merge_overrides(base, given), str(args.config))
     algo = given.pop("algo", "ravl")
     dataset = given.pop("dataset", "hopper-medium")
     preset = given.pop("preset", "quick")

@@ -438,7 +438,7 @@ class RunResult:
     seconds: float
 
 
-def _reference_scores(dataset, task) -> tuple[float, float] | None:
+def dataset_reference_scores(dataset, task) -> tuple[float, float] | None:
     from mbrl.core.score import reference_scores
 
     return reference_scores(dataset.info.ref_min_score, dataset.info.ref_max_score, task)
@@ -470,7 +470,7 @@ def fit_model(config: TrainConfig, dataset, task, seed_offset: int = 0, progress
     return fit_world_model(dataset, config=config.ensemble, fit_config=fit_config, progress=progress, **task_fns).model
 
 
-def _world_models(config: TrainConfig, dataset, task, paths: list[Path], progress: bool):
+def world_models_for(config: TrainConfig, dataset, task, paths: list[Path], progress: bool):
     """Load each model that exists, fit (and save) the others; one pytree, seed-stacked when per seed."""
     from world_models.model import ModelInfo
     from world_models.recurrent import load_model
@@ -564,7 +564,7 @@ def run(
 
     dataset = dataset if dataset is not None else datasets.load(config.dataset, task=config.task)
     task = TASKS.get(dataset.info.task) if dataset.info.task else None
-    ref_scores = _reference_scores(dataset, task)
+    ref_scores = dataset_reference_scores(dataset, task)
     dataset_score = None
     if ref_scores is not None and dataset.num_episodes:
         dataset_score = float(normalized_score(dataset.episode_returns().mean(), *ref_scores))
@@ -583,7 +583,7 @@ def run(
     seeds = config.seed_list
     trainer = trainer_for(config, dataset.info.obs_dim, dataset.info.act_dim, obs_scale)
     real = trainer.real_data(dataset)
-    world_model = _world_models(config, dataset, task, model_paths, progress) if trainer.uses_model else None
+    world_model = world_models_for(config, dataset, task, model_paths, progress) if trainer.uses_model else None
 
     checkpointer = Checkpointer(run_dir / "checkpoints")
     start_epoch = 0
@@ -777,13 +777,13 @@ def train_population(
         from world_models.model import ModelInfo
 
         if isinstance(world_model, (str, Path)):
-            model = _world_models(config, dataset, task, [Path(world_model).absolute()], progress=False)
+            model = world_models_for(config, dataset, task, [Path(world_model).absolute()], progress=False)
         else:
             model = (world_model if world_model is not None else fit_model(config, dataset, task)).replace(info=ModelInfo())
     state = trainer.initial_state(list(seeds), [hypers_of(c) for c in configs])
     if shard:
         state, real, model = shard_population(state, real, model)
-    ref_scores = _reference_scores(dataset, task)
+    ref_scores = dataset_reference_scores(dataset, task)
     records = []
     evaluate_fn = None
     if evaluate and task is not None and task.has_env:

@@ -39,7 +39,7 @@ from mbrl import config as config_io  # noqa: E402
 from mbrl import datasets  # noqa: E402
 from mbrl.core.errors import ConfigError  # noqa: E402
 from mbrl.evaluate import normalized_score  # noqa: E402
-from mbrl.train import _world_models, hypers_of, trainer_for  # noqa: E402
+from mbrl.train import world_models_for, hypers_of, trainer_for  # noqa: E402
 from world_models.rollout import MarkovPolicy, RolloutConfig, rollout  # noqa: E402
 
 
@@ -109,7 +109,7 @@ def main(argv=None) -> None:
     real = trainer.real_data(dataset)
     if not (args.world_model / "model.json").is_file():
         raise ConfigError(f"{args.world_model}: no fitted model there (mbrl model fit --out {args.world_model})")
-    world_model = _world_models(config, dataset, task, [args.world_model.absolute()], progress=False)
+    world_model = world_models_for(config, dataset, task, [args.world_model.absolute()], progress=False)
     uncertainty = trainer.part.rollout_config.uncertainty
     ref_min, ref_max = dataset.info.ref_min_score, dataset.info.ref_max_score
 

@@ -90,13 +90,13 @@ class Setting:
         from envs.tasks import TASKS
         from mbrl import config as config_io
         from mbrl import datasets
-        from mbrl.train import _reference_scores
+        from mbrl.train import dataset_reference_scores
         from world_models.recurrent import load_model
 
         self.algo = algo
         self.dataset = datasets.load(dataset)
         self.task = TASKS[self.dataset.info.task]
-        self.ref_scores = _reference_scores(self.dataset, self.task)
+        self.ref_scores = dataset_reference_scores(self.dataset, self.task)
         self.model = load_model(Path(world_model), self.task.termination_fn)
         self.config = config_io.build(algo, dataset, "paper")
         self.horizon = self.config.imagination.horizon
@@ -203,7 +203,7 @@ def ours(setting: Setting, args, overrides: dict):
 
     epochs = args.updates // UPDATES_PER_EPOCH
     base = {"seed": args.seed, "schedule": {"epochs": epochs, "updates_per_epoch": UPDATES_PER_EPOCH}}
-    config = config_io.build(setting.algo, args.dataset, "paper", config_io._merge(base, overrides))
+    config = config_io.build(setting.algo, args.dataset, "paper", config_io.merge_overrides(base, overrides))
     info = setting.dataset.info
     trainer = trainer_for(config, info.obs_dim, info.act_dim)
     real = trainer.real_data(setting.dataset)
@@ -345,7 +345,7 @@ def lockstep_ravl(setting: Setting, args, overrides: dict):
     torch, actor, agent = edge_of_reach_agent(setting, args)
     obs_dim, act_dim = setting.arrays["observations"].shape[1], setting.arrays["actions"].shape[1]
 
-    config = config_io.build("ravl", args.dataset, "paper", config_io._merge({"seed": args.seed}, overrides))
+    config = config_io.build("ravl", args.dataset, "paper", config_io.merge_overrides({"seed": args.seed}, overrides))
     core = trainer_for(config, obs_dim, act_dim).agent.core
     hypers = hypers_of(config)["sac"]
     if core.config.update_order != "alpha_actor_critic":

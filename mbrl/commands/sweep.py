@@ -68,7 +68,7 @@ dataclasses.field(default=None)),
         ("heartbeat", Annotated[int, _arg("seconds between heartbeats; a trial silent for twice this is failed and run "
                                           "again", "SECONDS")], dataclasses.field(default=60)),
     ],
-    config_io._mirror_fields(config_io.TrainConfig, "", config_io.from_the_preset),
+    config_io.mirror_fields(config_io.TrainConfig, "", config_io.from_the_preset),
 )
 
 

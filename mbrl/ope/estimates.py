@@ -61,7 +61,7 @@ def model_estimate(policy, dataset, world_model: Path | None, starts: int, horiz
     from envs.tasks import TASKS
     from mbrl.core.score import normalized_score
     from mbrl.sweep.objective import model_returns
-    from mbrl.train import _reference_scores
+    from mbrl.train import dataset_reference_scores
     from world_models.model import ModelInfo
     from world_models.recurrent import load_model
 
@@ -82,7 +82,7 @@ def model_estimate(policy, dataset, world_model: Path | None, starts: int, horiz
                           "single states, give an MLP ensemble")
     horizon = horizon or int(dataset.episode_lengths().max())
     returns = model_returns(run.trainer, run.state, model, dataset, starts=starts, horizon=horizon)[policy.member]
-    ref = _reference_scores(dataset, task)
+    ref = dataset_reference_scores(dataset, task)
     value = float(np.mean(returns))
     return {"method": "model", "kind": "return", "value": value, "low": float(np.min(returns)),
             "high": float(np.max(returns)), "horizon": horizon,

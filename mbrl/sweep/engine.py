@@ -321,16 +321,16 @@ class Sweep:
         if self._data is None:
             from envs.tasks import TASKS
             from mbrl import datasets
-            from mbrl.train import _reference_scores
+            from mbrl.train import dataset_reference_scores
 
             dataset = datasets.load(self.settings.base.dataset, task=self.settings.base.task)
             task = TASKS.get(dataset.info.task) if dataset.info.task else None
             train, heldout = objectives.split_holdout(dataset, self.settings.holdout, seed=self.settings.base.seed)
-            self._data = (train, heldout, task, _reference_scores(dataset, task))
+            self._data = (train, heldout, task, dataset_reference_scores(dataset, task))
         return self._data
 
     def world_model(self, config):
-        from mbrl.train import _world_models
+        from mbrl.train import world_models_for
 
         train, _, task, _ = self.data()
         if self.settings.world_model is not None:
@@ -341,7 +341,7 @@ class Sweep:
             path = self.settings.sweep_dir / "models" / model_key(config)
             if not (path / "model.json").is_file():
                 self.on_event(f"fitting the world model {path.name} (the model settings of this group)")
-        return _world_models(config, train, task, [path], progress=False)
+        return world_models_for(config, train, task, [path], progress=False)
 
     # -------------------------------------------------------------- study bookkeeping
 
