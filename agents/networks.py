@@ -139,6 +139,24 @@ class TanhGaussianActor(nn.Module):
         return mean, jnp.clip(log_std, LOG_STD_MIN, LOG_STD_MAX)
 
 
+# Stored actions are clipped to [-1 + eps, 1 - eps] before atanh, so a saturated action's log-probability is finite.
+ACTION_EPS = 1e-6
+
+
+def tanh_log_det(pre_tanh):
+    """log(1 - tanh(u)^2) summed over the last axis, as 2 (log 2 - u - softplus(-2u)) (SpinningUp's stable form)."""
+    return jnp.sum(2.0 * (jnp.log(2.0) - pre_tanh - jax.nn.softplus(-2.0 * pre_tanh)), axis=-1)
+
+
+def tanh_gaussian_log_prob(mean, log_std, action):
+    """log pi(a) of an action a in [-1, 1] under a = tanh(u), u ~ N(mean, exp(log_std)), summed over the
+    last axis. Saturated actions (|a| = 1) are clipped to 1 - 1e-6 first, so the result stays finite."""
+    pre_tanh = jnp.arctanh(jnp.clip(action, -1.0 + ACTION_EPS, 1.0 - ACTION_EPS))
+    z = (pre_tanh - mean) * jnp.exp(-log_std)
+    gaussian_logp = jnp.sum(-0.5 * z**2 - log_std - 0.5 * jnp.log(2 * jnp.pi), axis=-1)
+    return gaussian_logp - tanh_log_det(pre_tanh)
+
+
 def sample_tanh_gaussian(mean, log_std, key, epsilon: float = 0.0):
     """A reparameterised sample and its log-probability under the tanh-squashed Gaussian.
 
@@ -153,8 +171,7 @@ def sample_tanh_gaussian(mean, log_std, key, epsilon: float = 0.0):
     if epsilon > 0:
         correction = jnp.sum(jnp.log(1.0 - action**2 + epsilon), axis=-1)
     else:
-        # log(1 - tanh(x)^2) = 2 (log 2 - x - softplus(-2x)), numerically stable (SpinningUp's form).
-        correction = jnp.sum(2.0 * (jnp.log(2.0) - pre_tanh - jax.nn.softplus(-2.0 * pre_tanh)), axis=-1)
+        correction = tanh_log_det(pre_tanh)
     return action, gaussian_logp - correction
 
 

@@ -39,7 +39,7 @@ import jax.numpy as jnp
 import optax
 from flax import struct
 
-from agents.networks import masked_mean
+from agents.networks import masked_mean, tanh_gaussian_log_prob
 from mbrl.core.errors import ConfigError
 from mbrl.core.nn import ACTIVATIONS, MLP
 from mbrl.core.types import PolicyInput, Transitions
@@ -54,7 +54,6 @@ LR_FACTOR = 1.5
 LR_MIN, LR_MAX = 1e-5, 1e-2
 NORMALIZER_EPS = 1e-2  # rsl_rl EmpiricalNormalization's eps: (x - mean) / (std + eps)
 ADVANTAGE_EPS = 1e-8  # rsl_rl compute_returns: (A - mean) / (std + 1e-8)
-ACTION_EPS = 1e-6  # stored actions are clipped to [-1 + eps, 1 - eps] before atanh
 
 
 @dataclasses.dataclass(frozen=True)
@@ -212,17 +211,6 @@ class PPOBatch:
 class PPOMinibatches:
     rows: PPOBatch  # (N, ...), once (not repeated per update)
     index: jax.Array  # (K, N // minibatches) int32 row indices, K = learning_epochs * minibatches
-
-
-def tanh_gaussian_log_prob(mean, log_std, action):
-    """log pi(a) of an action a in [-1, 1] under a = tanh(u), u ~ N(mean, exp(log_std)), summed over the
-    last axis. Saturated actions (|a| = 1) are clipped to 1 - 1e-6 first, so the result stays finite."""
-    pre_tanh = jnp.arctanh(jnp.clip(action, -1.0 + ACTION_EPS, 1.0 - ACTION_EPS))
-    z = (pre_tanh - mean) * jnp.exp(-log_std)
-    gaussian_logp = jnp.sum(-0.5 * z**2 - log_std - 0.5 * jnp.log(2 * jnp.pi), axis=-1)
-    # log(1 - tanh(u)^2) = 2 (log 2 - u - softplus(-2u)), as agents.networks.sample_tanh_gaussian.
-    correction = jnp.sum(2.0 * (jnp.log(2.0) - pre_tanh - jax.nn.softplus(-2.0 * pre_tanh)), axis=-1)
-    return gaussian_logp - correction
 
 
 def gaussian_entropy(log_std):

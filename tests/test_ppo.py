@@ -21,8 +21,8 @@ from agents.ppo import (
     PPOConfig,
     adapt_learning_rate,
     gae,
-    tanh_gaussian_log_prob,
 )
+from agents.networks import tanh_gaussian_log_prob
 from mbrl.core.errors import ConfigError
 from mbrl.core.types import Transitions
 from mbrl.imagination import ExploringPolicy
