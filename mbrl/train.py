@@ -438,6 +438,24 @@ class RunResult:
     seconds: float
 
 
+OFFLINE_STARTS = 64  # dataset start states per elite of the model-based estimate in a run's evaluation
+
+
+def offline_evaluation(trainer: Trainer, state: TrainState, *, world_model, dataset, ref_scores, seed: int = 0) -> dict:
+    """The evaluation record of a run with no simulator: per member, the mean greedy return in the world model over
+    its elites (from the dataset's start states, an episode's length) and its spread over elites, normalized where
+    reference scores exist; `estimate` says it is one."""
+    from mbrl.core.score import normalized_score
+    from mbrl.sweep.objective import model_returns
+
+    horizon = int(dataset.episode_lengths().max())
+    returns = model_returns(trainer, state, world_model, dataset, starts=OFFLINE_STARTS, horizon=horizon, seed=seed)
+    out = {"estimate": "model", "return_mean": returns.mean(axis=1).tolist(), "return_std": returns.std(axis=1).tolist()}
+    out["normalized_score"] = (
+        None if ref_scores is None else [float(normalized_score(r, *ref_scores)) for r in returns.mean(axis=1)])
+    return out
+
+
 def dataset_reference_scores(dataset, task) -> tuple[float, float] | None:
     from mbrl.core.score import reference_scores
 
@@ -611,6 +629,10 @@ def run(
     if task is not None and task.has_env:
         evaluate = functools.partial(trainer.evaluate, task=task, seeds=seeds, ref_scores=ref_scores,
                                      episodes=config.schedule.eval_episodes, eval_seed=config.schedule.eval_seed)
+    elif world_model is not None and not trainer.per_member_model:
+        # No simulator: each evaluation records the model-based estimate (the sweep's offline objective).
+        evaluate = functools.partial(offline_evaluation, trainer, world_model=world_model, dataset=dataset,
+                                     ref_scores=ref_scores, seed=config.seed)
 
     logger = RunLogger(run_dir, tensorboard=config.logging.tensorboard, wandb=config.logging.wandb,
                        wandb_project=config.logging.wandb_project, config=config_io.to_dict(config))

@@ -107,3 +107,26 @@ def export_dir(tmp_path_factory, onnx_extra):
                       action_low=-1.0, action_high=1.0, obs_mean=obs.mean(axis=0), obs_std=obs.std(axis=0) + 0.05,
                       control_rate_hz=125.0, env_id="Hopper-v5")
     return export_policy(spec, tmp_path_factory.mktemp("deploy") / "export"), spec
+
+
+@pytest.fixture(scope="session")
+def robot_only_dataset(tmp_path_factory):
+    """A damped 4-D system driven by random 2-D actions, as a D4RL-layout file written with h5py: no simulator
+    task matches its dimensions (a robot-only dataset)."""
+    import h5py
+
+    rng = np.random.default_rng(0)
+    rows_ = {k: [] for k in ("observations", "actions", "rewards", "next_observations", "terminals", "timeouts")}
+    for episode in range(12):
+        x = rng.normal(size=4).astype(np.float32)
+        for t in range(50):
+            a = rng.uniform(-1, 1, 2).astype(np.float32)
+            nxt = (0.9 * x + 0.1 * np.concatenate([a, a])).astype(np.float32)
+            for key, value in zip(rows_, (x, a, -float(np.sum(nxt**2)), nxt, False, t == 49)):
+                rows_[key].append(value)
+            x = nxt
+    path = tmp_path_factory.mktemp("robot") / "robot-arm-v0.hdf5"
+    with h5py.File(path, "w") as f:
+        for key, values in rows_.items():
+            f.create_dataset(key, data=np.asarray(values, bool if key in ("terminals", "timeouts") else np.float32))
+    return path

@@ -15,7 +15,6 @@ import sys
 import time
 from pathlib import Path
 
-import h5py
 import numpy as np
 import optuna
 import pytest
@@ -169,26 +168,6 @@ def test_a_study_of_another_algorithm_is_refused_and_left_untouched(first_sweep,
 
 
 # ------------------------------------------------------------------------------------------------ offline objective
-
-
-@pytest.fixture(scope="module")
-def robot_only_dataset(tmp_path_factory):
-    """A damped 4-D system driven by random 2-D actions: no simulator task matches its dimensions."""
-    rng = np.random.default_rng(0)
-    obs, rows_ = [], {k: [] for k in ("observations", "actions", "rewards", "next_observations", "terminals", "timeouts")}
-    for episode in range(12):
-        x = rng.normal(size=4).astype(np.float32)
-        for t in range(50):
-            a = rng.uniform(-1, 1, 2).astype(np.float32)
-            nxt = (0.9 * x + 0.1 * np.concatenate([a, a])).astype(np.float32)
-            for key, value in zip(rows_, (x, a, -float(np.sum(nxt**2)), nxt, False, t == 49)):
-                rows_[key].append(value)
-            x = nxt
-    path = tmp_path_factory.mktemp("robot") / "robot-arm-v0.hdf5"
-    with h5py.File(path, "w") as f:
-        for key, values in rows_.items():
-            f.create_dataset(key, data=np.asarray(values, bool if key in ("terminals", "timeouts") else np.float32))
-    return path
 
 
 def test_the_offline_objective_needs_no_simulator(robot_only_dataset, tmp_path, capsys):

@@ -307,6 +307,24 @@ def test_mopo_ppo_refuses_normalize_obs(dataset):
         trainer_of_data(config, dataset)
 
 
+def test_a_run_without_a_simulator_records_the_model_estimate(robot_only_dataset, tmp_path, capsys):
+    from mbrl.commands.train import print_summary
+
+    config = tiny_config("mopo", dataset=str(robot_only_dataset), schedule={**TINY["schedule"], "epochs": 2, "eval_every": 1})
+    result = run(config, tmp_path / "robot", dataset=datasets.load(robot_only_dataset))
+    evals = [r for r in result.records if r.get("eval")]
+    assert len(evals) == 2  # every evaluation, none blank
+    for record in evals:
+        e = record["eval"]
+        assert e["estimate"] == "model" and e["normalized_score"] is None  # no reference scores: returns
+        assert len(e["return_mean"]) == len(e["return_std"]) == 1 and np.isfinite(record["score_mean"])
+        assert e["return_mean"][0] < 0  # the system's rewards are -|x|², so is any return of it
+    print_summary(result)
+    out = capsys.readouterr().out
+    assert "final estimated return" in out and "in the world model" in out
+    assert (tmp_path / "robot" / "learning_curve.png").is_file()
+
+
 def test_existing_run_dir_is_refused(full_run):
     from mbrl.core.errors import ConfigError
 

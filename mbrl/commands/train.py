@@ -57,6 +57,9 @@ def print_summary(result) -> None:
     from rich.console import Console
     from rich.table import Table
 
+    import numpy as np
+
+    from mbrl.core.score import score_key, score_label
     from mbrl.logging import mean_stderr
 
     config = result.config
@@ -68,24 +71,32 @@ def print_summary(result) -> None:
     table.add_row("epochs", f"{result.epochs_done} / {config.schedule.epochs}")
     table.add_row("updates", f"{result.epochs_done * config.schedule.updates_per_epoch:,}")
     final = result.final_eval
+    # Without a simulator the evaluation is the world model's estimate: every figure says so.
+    estimated = "estimated " if final is not None and final.get("estimate") else ""
     if final is not None:
         scores = final["normalized_score"]
         if scores is not None:
             mean, stderr = mean_stderr(scores)
-            table.add_row("final normalized score", f"{mean:.1f} ± {stderr:.1f}")
+            table.add_row(f"final {estimated}normalized score", f"{mean:.1f} ± {stderr:.1f}")
             table.add_row("per seed", ", ".join(f"{s:.1f}" for s in scores))
             best = max((r for r in result.records if r.get("eval")), key=lambda r: r["score_mean"])
             table.add_row("best (mean over seeds)", f"{best['score_mean']:.1f} at {best['updates']:,} updates")
         mean, stderr = mean_stderr(final["return_mean"])
-        table.add_row("final return", f"{mean:.1f} ± {stderr:.1f}")
+        table.add_row(f"final {estimated}return", f"{mean:.1f} ± {stderr:.1f}")
+        if estimated:
+            spread = float(np.mean(final["return_std"]))
+            table.add_row("estimate", f"greedy return in the world model, {spread:.1f} spread over its elites "
+                                      "(no simulator for this dataset)")
     if result.dataset_score is not None:
         table.add_row("dataset's mean normalized score", f"{result.dataset_score:.1f}")
     table.add_row("wall time", f"{result.seconds / 60:.1f} min")
     console = Console()
     console.print(table)
-    if final is not None and final["normalized_score"] is not None:
-        mean, stderr = mean_stderr(final["normalized_score"])
-        print(f"final normalized score: {mean:.1f} ± {stderr:.1f} (mean ± stderr over {len(config.seed_list)} seed(s))")
+    if final is not None:
+        key = score_key(final)
+        mean, stderr = mean_stderr(final[key])
+        print(f"final {estimated}{score_label(key)}: {mean:.1f} ± {stderr:.1f} (mean ± stderr over "
+              f"{len(config.seed_list)} seed(s){', in the world model' if estimated else ''})")
 
 
 def train(args: TrainArgs) -> int:
