@@ -452,7 +452,7 @@ class OnPolicyImagination:
         cached = self._aux_cache
         if cached is not None and cached[0] is world_model and cached[1] is real:
             return cached[2]
-        history = getattr(world_model, "history", 0)
+        history = world_model.history
         position, terminal = np.asarray(real.position), np.asarray(real.terminal)
         ends = np.flatnonzero((position >= max(history - 1, 0)) & ~terminal).astype(np.int32)
         if not len(ends):
@@ -489,7 +489,7 @@ class OnPolicyImagination:
 
         ends, sorted_u = aux
         pick_key, rollout_key = jax.random.split(key)
-        history = getattr(world_model, "history", 0)
+        history = world_model.history
         picked = ends[jax.random.randint(pick_key, (self.envs,), 0, ends.shape[0])]
         carry = self._warm_up(world_model, real, picked, history, last=history)
         threshold = quantile_of_sorted(sorted_u, hypers["mopo_ppo"]["threshold_quantile"])

@@ -498,7 +498,7 @@ def world_models_for(config: TrainConfig, dataset, task, paths: list[Path], prog
     for index, path in enumerate(paths):
         if (path / "model.json").is_file():
             model = load_model(path, **task_fns)
-            if hasattr(model, "warm_up") and registry.entry(config.algo).model_kind != "rwm":
+            if model.is_recurrent and registry.entry(config.algo).model_kind != "rwm":
                 raise ConfigError(f"world model {path}: a recurrent world model (RWM-U) reads a history before it "
                                   f"predicts, and {config.algo} imagines from single states; give it an MLP "
                                   "ensemble (`mbrl model fit`), or use --algo mopo-ppo")

@@ -15,7 +15,7 @@ from mbrl import config as config_io
 from mbrl import datasets
 from mbrl.core.errors import ConfigError
 from mbrl.train import train_population
-from world_models.base import StepOutput
+from world_models.base import MarkovModel, StepOutput
 
 TINY = {
     "ppo": {"hidden_sizes": [16, 16], "learning_epochs": 2, "minibatches": 4},
@@ -30,7 +30,7 @@ def tiny(dataset, **overrides):
 
 
 @struct.dataclass
-class ActionCostModel:
+class ActionCostModel(MarkovModel):
     """Hopper-sized dynamics whose epistemic uncertainty is exactly ‖action‖² (the heads disagree the more, the
     harder the policy pushes), with a constant reward: only the penalty tells actions apart."""
 
@@ -44,7 +44,7 @@ class ActionCostModel:
     def elites(self):
         return jnp.arange(2)
 
-    def step(self, key, obs, action, member=None, *, deterministic=False, uncertainty="epistemic_sum"):
+    def step(self, key, obs, action, member=None, *, carry=(), deterministic=False, uncertainty="epistemic_sum"):
         next_obs = obs + 0.01 * jnp.tanh(jnp.sum(action, axis=-1, keepdims=True))
         batch = obs.shape[0]
         return StepOutput(next_obs=next_obs, reward=jnp.ones(batch), terminal=jnp.zeros(batch, bool),

@@ -26,7 +26,7 @@ from agents.networks import tanh_gaussian_log_prob
 from mbrl.core.errors import ConfigError
 from mbrl.core.types import Transitions
 from mbrl.imagination import ExploringPolicy
-from world_models.base import StepOutput
+from world_models.base import MarkovModel, StepOutput
 from world_models.rollout import RolloutConfig, rollout
 
 OBS = ACT = 2
@@ -34,7 +34,7 @@ ENVS, HORIZON, POPULATION = 64, 16, 2
 
 
 @struct.dataclass
-class PointModel:
+class PointModel(MarkovModel):
     """A 2-D point: next = x + 0.1 action, reward = -|next - target|^2, never terminal, no uncertainty."""
 
     target: jax.Array
@@ -47,7 +47,7 @@ class PointModel:
     def elites(self) -> jax.Array:
         return jnp.zeros(1, jnp.int32)
 
-    def step(self, key, obs, action, member=None, *, deterministic=False, uncertainty="aleatoric_max"):
+    def step(self, key, obs, action, member=None, *, carry=(), deterministic=False, uncertainty="aleatoric_max"):
         next_obs = obs + 0.1 * action
         return StepOutput(
             next_obs=next_obs,

@@ -12,7 +12,7 @@ from flax import struct
 from mbrl.core import replay
 from mbrl.core.errors import ConfigError
 from mbrl.core.types import Transitions
-from world_models.base import StepOutput
+from world_models.base import MarkovModel, StepOutput
 from world_models.rollout import (
     MarkovPolicy,
     RecurrentStart,
@@ -29,7 +29,7 @@ TERMINAL_BOUND = 1.0
 
 
 @struct.dataclass
-class LinearSystem:
+class LinearSystem(MarkovModel):
     """next = A obs + B action + offset[member] (+ noise), reward = obs0 + 0.1 sum(action),
     terminal when |next0| > TERMINAL_BOUND, u = |obs|_1 + |action|_1 (the same for every measure)."""
 
@@ -47,7 +47,7 @@ class LinearSystem:
     def elites(self) -> jax.Array:
         return self.elite_index
 
-    def step(self, key, obs, action, member=None, *, deterministic=False, uncertainty="aleatoric_max"):
+    def step(self, key, obs, action, member=None, *, carry=(), deterministic=False, uncertainty="aleatoric_max"):
         member_key, noise_key = jax.random.split(key)
         if member is None:
             member = self.elite_index[jax.random.randint(member_key, obs.shape[:1], 0, self.elite_index.shape[0])]

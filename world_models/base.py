@@ -1,9 +1,10 @@
 """The small interface every dynamics model offers to rollouts and training loops.
 
 Rollouts (`world_models.rollout`) depend only on this protocol, so an analytic model with exact
-dynamics can stand in for a learned ensemble in tests. A model may have memory (RWM-U's GRU): `step`
-takes and returns a carry, `initial_carry(B)` is its value before any input. Markov models (the MLP
-ensemble) return `()`; a model without `initial_carry` is taken to be Markov and called without a carry.
+dynamics can stand in for a learned ensemble in tests. A model declares what it is: `is_recurrent`, the
+`history` it reads before it predicts, `initial_carry(B)` (its memory before any input) and `warm_up` (the
+carry after reading real history). A model with memory (RWM-U's GRU) takes and returns a carry in `step`;
+a Markov model (the MLP ensemble, or a test's analytic model built on `MarkovModel`) has an empty one.
 """
 
 from __future__ import annotations
@@ -27,6 +28,17 @@ class StepOutput:
 
 class DynamicsModel(Protocol):
     """What a rollout needs from a model. Implementations are pytrees, so they pass through `jit`."""
+
+    is_recurrent: bool  # it has memory: warm it up on real history before imagining from a state
+
+    @property
+    def history(self) -> int:
+        """Real steps it reads (`warm_up`) before imagining; 0 for a Markov model."""
+        ...
+
+    def warm_up(self, obs: jax.Array, action: jax.Array, carry: Any = None) -> Any:
+        """The carry after reading real pairs obs (B, L, obs_dim), action (B, L, act_dim); () for a Markov model."""
+        ...
 
     @property
     def num_members(self) -> int: ...
@@ -61,3 +73,18 @@ class DynamicsModel(Protocol):
         ...
 
 
+class MarkovModel:
+    """What a model without memory declares (mix it into a pytree class that defines `step`, `num_members` and
+    `elites`): no history, an empty carry, and a warm-up that reads nothing."""
+
+    is_recurrent = False
+
+    @property
+    def history(self) -> int:
+        return 0
+
+    def initial_carry(self, batch: int):
+        return ()
+
+    def warm_up(self, obs, action, carry=None):
+        return ()

@@ -84,8 +84,8 @@ def open_loop_errors(model, transitions: Transitions, episode_starts, episodes, 
     more real steps. Returns {k: (mse, starts used)}, the mse None when no start counts or the prediction
     diverged.
     """
-    recurrent = hasattr(model, "warm_up")
-    history = (model.history if recurrent else 0) if history is None else history
+    recurrent = model.is_recurrent
+    history = model.history if history is None else history
     if recurrent and history != model.history:
         raise ValueError(f"open_loop_errors: a recurrent model reads its own history of {model.history} steps")
     bounds = np.append(np.asarray(episode_starts), len(transitions.reward))
@@ -128,7 +128,7 @@ def _open_loop(model, obs, carry, actions, targets):  # the model is an argument
     def step(state, xs):
         obs, carry = state
         action, target = xs
-        if hasattr(model, "warm_up"):
+        if model.is_recurrent:
             means, _, carry = model.member_predictions(obs, action, carry)
         else:
             means, _ = model.member_predictions(obs, action)

@@ -23,7 +23,7 @@ import numpy as np
 from flax import struct
 
 from mbrl.core.errors import UserError
-from world_models.base import StepOutput
+from world_models.base import MarkovModel, StepOutput
 from world_models.ensemble import EnsembleConfig, GaussianEnsemble
 from world_models.uncertainty import get_measure
 
@@ -75,7 +75,7 @@ class ModelInfo:
 
 
 @struct.dataclass
-class WorldModel:
+class WorldModel(MarkovModel):
     params: Any
     input_norm: Normalizer  # over concat(obs, action)
     target_norm: Normalizer  # over concat(Δobs, reward)
@@ -130,10 +130,6 @@ class WorldModel:
         means, stds, term_logit = self._forward(obs, action)
         return sample_step(key, obs, action, means, stds, term_logit, member, self.elites, self.termination_fn,
                            deterministic, measure, reward_fn=self.reward_fn)
-
-    def initial_carry(self, batch: int):
-        """A Markov model has no memory: its carry is empty."""
-        return ()
 
     def with_termination_fn(self, termination_fn: Callable | None) -> WorldModel:
         return self.replace(termination_fn=termination_fn)

@@ -186,6 +186,8 @@ class RecurrentWorldModel:
     termination_fn: Callable | None = struct.field(pytree_node=False, default=None)
     reward_fn: Callable | None = struct.field(pytree_node=False, default=None)  # as WorldModel's
 
+    is_recurrent = True  # a class constant, not a field
+
     @property
     def num_members(self) -> int:
         return self.config.num_heads

@@ -227,15 +227,13 @@ def _one_step(world_model, policy_fn, policy_state, cfg, horizon, state, members
 
 
 def model_step(world_model, key, obs, action, members, model_carry, cfg: RolloutConfig):
-    """`world_model.step`, with its carry where the model has memory (`initial_carry`); duck-typed Markov models
-    without one are called as they are."""
-    kwargs = {"carry": model_carry} if hasattr(world_model, "initial_carry") else {}
-    return world_model.step(key, obs, action, members, deterministic=cfg.deterministic, uncertainty=cfg.uncertainty,
-                            **kwargs)
+    """`world_model.step` with its carry (empty for a Markov model)."""
+    return world_model.step(key, obs, action, members, carry=model_carry, deterministic=cfg.deterministic,
+                            uncertainty=cfg.uncertainty)
 
 
 def initial_model_carry(world_model, batch: int):
-    return world_model.initial_carry(batch) if hasattr(world_model, "initial_carry") else ()
+    return world_model.initial_carry(batch)
 
 
 def _scan_steps(world_model, policy_fn, policy_state, cfg, horizon, num_steps, state, consts, step_key):

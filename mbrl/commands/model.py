@@ -165,7 +165,7 @@ def evaluate(args: EvalArgs) -> int:
     from world_models.recurrent import load_model
 
     model = load_model(args.model_dir)
-    recurrent = hasattr(model, "warm_up")
+    recurrent = model.is_recurrent
     info = model.info
     source = args.dataset or info.source
     if not source:
@@ -194,7 +194,7 @@ def evaluate(args: EvalArgs) -> int:
         metrics, holdout_count = holdout_metrics(model, holdout), len(holdout)
     elites = [int(e) for e in np.asarray(model.elites)]
     history = model.history if recurrent else 0
-    if compare is not None and hasattr(compare, "warm_up"):
+    if compare is not None and compare.is_recurrent:
         history = max(history, compare.history)  # both models on starts with the longer history behind them
     open_loop = open_loop_errors(model, dataset.transitions, dataset.episode_starts, info.eval_episodes,
                                  history=history if not recurrent else None)
@@ -224,7 +224,7 @@ def evaluate(args: EvalArgs) -> int:
     }
     if compare is not None:
         other = open_loop_errors(compare, dataset.transitions, dataset.episode_starts, info.eval_episodes,
-                                 history=None if hasattr(compare, "warm_up") else history)
+                                 history=None if compare.is_recurrent else history)
         report["compare"] = {"model": str(args.compare), "kind": _kind(compare),
                              "open_loop_mse": {str(k): v for k, (v, _) in other.items()}}
     if args.json:
@@ -235,7 +235,7 @@ def evaluate(args: EvalArgs) -> int:
 
 
 def _kind(model) -> str:
-    return "rwm" if hasattr(model, "warm_up") else "mlp"
+    return "rwm" if model.is_recurrent else "mlp"
 
 
 def _check_dataset(model_dir, model, dataset, source) -> None:

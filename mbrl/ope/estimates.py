@@ -77,7 +77,7 @@ def model_estimate(policy, dataset, world_model: Path | None, starts: int, horiz
         raise ConfigError(f"--world-model {path}: no model.json; expected a directory written by `mbrl model fit`")
     task = TASKS.get(dataset.info.task) if dataset.info.task else None
     model = load_model(path, **(task.model_fns() if task is not None else {})).replace(info=ModelInfo())
-    if hasattr(model, "warm_up"):
+    if model.is_recurrent:
         raise ConfigError(f"--world-model {path}: a recurrent world model (RWM-U); the model estimate imagines from "
                           "single states, give an MLP ensemble")
     horizon = horizon or int(dataset.episode_lengths().max())
