@@ -127,7 +127,9 @@ class Setting:
         out = self._step(key, obs, action)
         next_obs, reward, terminal, u = (np.asarray(x)[:count] for x in (out.next_obs, out.reward, out.terminal,
                                                                            out.uncertainty))
-        return next_obs, reward - self.penalty * u, terminal
+        from agents.mopo import penalized_reward
+
+        return next_obs, np.asarray(penalized_reward(reward, u, self.penalty)), terminal
 
     def evaluate(self, deterministic_policy, seed: int, episodes: int) -> dict:
         """`mbrl train`'s evaluation: episode i of training seed s resets with s * episodes + i."""
