@@ -39,7 +39,6 @@ Hypers = dict[str, dict[str, jax.Array]]
 class Algorithm(Protocol):
     imagination: ClassVar[str]
     recurrent: ClassVar[bool]
-    batch_size: int
     obs_dim: int
     act_dim: int
 
@@ -54,7 +53,13 @@ class Algorithm(Protocol):
     def actor_params(self, state: Any) -> Any: ...
 
 
-class TransitionLearner(Algorithm, Protocol):
+class FlatLearner(Algorithm, Protocol):
+    """An algorithm on flat batches of transitions (imagination "none" or "transitions")."""
+
+    batch_size: int  # rows per update
+
+
+class TransitionLearner(FlatLearner, Protocol):
     """An algorithm on flat imagined transitions: it decides what an imagined reward is worth."""
 
     uncertainty: str  # the measure rollouts compute (`world_models.uncertainty.MEASURES`)

@@ -266,7 +266,6 @@ class PPO:
     def __init__(self, config: PPOConfig, obs_dim: int, act_dim: int):
         self.config = config
         self.obs_dim, self.act_dim = obs_dim, act_dim
-        self.batch_size = 0  # not meaningful for PPO: a batch is a whole rollout
         self.actor = MLP(config.hidden_sizes, act_dim, config.activation)
         self.critic = MLP(config.hidden_sizes, 1, config.activation)
         # Adam's direction after global-norm clipping; the (adapted) learning rate is traced state.

@@ -431,7 +431,6 @@ class OnPolicyImagination:
         self.horizon = config.imagination.horizon
         self.envs = config.imagination.rollouts_per_epoch
         self.fixed_credit = agent.config.updates_per_iteration
-        self.batch_size = agent.batch_size
         member_mode = "per_trajectory" if config.mopo_ppo.head_mode == "per_trajectory" else "per_sample"
         self.rollout_config = RolloutConfig(member_mode=member_mode, member_pool="elites",
                                             uncertainty=agent.uncertainty)
