@@ -24,6 +24,7 @@ import numpy as np
 import optax
 from flax import struct
 
+from mbrl.core.early_stopping import EarlyStopping
 from mbrl.core.errors import ConfigError, DatasetError
 from mbrl.core.types import OfflineDataset, Transitions
 from world_models.ensemble import EnsembleConfig, GaussianEnsemble, ensemble_loss, init_params
@@ -321,9 +322,9 @@ def fit_ensemble(
         sampling=fit_config.sampling,
     )
 
-    reference = np.full(members, np.inf)  # loss at each member's last significant improvement
-    since_improved, history, stop_reason = 0, [], "max_epochs"
-    start = time.perf_counter()
+    stopping = EarlyStopping(fit_config.patience, fit_config.min_improvement, fit_config.max_epochs,
+                             fit_config.max_seconds)
+    history, stop_reason = [], "max_epochs"
     with fit_progress(progress, fit_config.max_epochs) as bar:
         task = bar.add_task("fit", total=fit_config.max_epochs, status="compiling")
         epoch = 0
@@ -332,25 +333,18 @@ def fit_ensemble(
             state, train_loss, mse = epoch_fn(state, data, epoch_key)
             mse = np.asarray(mse, np.float64)
             epoch += 1
-            significant = mse < reference * (1.0 - fit_config.min_improvement)
-            reference = np.where(significant, mse, reference)
-            since_improved = 0 if significant.any() else since_improved + 1
+            reason = stopping.update(mse)
             history.append({"epoch": epoch, "train_loss": float(train_loss), "holdout_mse": mse.tolist()})
             elite_mse = np.sort(mse)[: config.num_elites].mean()
             bar.update(
                 task,
                 advance=1,
-                status=f"holdout mse {elite_mse:.4g} (elites) · no gain for {since_improved}/{fit_config.patience}",
+                status=f"holdout mse {elite_mse:.4g} (elites) · no gain for {stopping.since_improved}/{fit_config.patience}",
             )
             if not np.isfinite(mse).any():
                 raise DatasetError("the dynamics ensemble diverged (non-finite holdout loss); check the dataset's scale")
-            if since_improved >= fit_config.patience:
-                stop_reason = "early_stopping"
-                break
-            if fit_config.max_epochs is not None and epoch >= fit_config.max_epochs:
-                break
-            if fit_config.max_seconds is not None and time.perf_counter() - start >= fit_config.max_seconds:
-                stop_reason = "time_budget"
+            if reason is not None:
+                stop_reason = reason
                 break
     best_mse = np.asarray(state.best_mse, np.float64)
     elites = np.sort(np.argsort(best_mse, kind="stable")[: config.num_elites]).astype(np.int32)

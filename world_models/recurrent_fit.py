@@ -31,6 +31,7 @@ import numpy as np
 import optax
 from flax import struct
 
+from mbrl.core.early_stopping import EarlyStopping
 from mbrl.core.errors import ConfigError, DatasetError
 from mbrl.core.types import OfflineDataset, Transitions
 from world_models.fit import FitResult, check_finite, choose_eval_episodes, fit_progress, check_shapes, make_normalizer, model_inputs, model_targets
@@ -297,8 +298,10 @@ def fit_recurrent_model(
     params = init_params(init_key, config, transitions.obs_dim + transitions.act_dim, transitions.obs_dim + 1)
     opt_state = make_optimizer(fit_config).init(params)
     best_params, best = jax.tree.map(jnp.copy, params), np.inf
-    reference, since_improved, history, stop_reason = np.inf, 0, [], "max_epochs"
+    history, stop_reason = [], "max_epochs"
     start = time.perf_counter()
+    stopping = EarlyStopping(fit_config.patience, fit_config.min_improvement, fit_config.max_epochs,
+                             fit_config.max_seconds)
     with fit_progress(progress, fit_config.max_epochs) as bar:
         task = bar.add_task("fit", total=fit_config.max_epochs, status="compiling")
         epoch = 0
@@ -313,19 +316,12 @@ def fit_recurrent_model(
                 raise DatasetError(f"{source}: RWM-U diverged (non-finite holdout forecast error); check the dataset's scale")
             if mean_mse < best:
                 best, best_mse, best_params = mean_mse, mse, jax.tree.map(jnp.copy, params)
-            significant = mean_mse < reference * (1.0 - fit_config.min_improvement)
-            reference = mean_mse if significant else reference
-            since_improved = 0 if significant else since_improved + 1
+            reason = stopping.update(mean_mse)
             history.append({"epoch": epoch, "train_loss": float(train_loss), "holdout_mse": mse.tolist()})
             bar.update(task, advance=1, status=f"holdout forecast mse {mean_mse:.4g} · no gain for "
-                                               f"{since_improved}/{fit_config.patience}")
-            if since_improved >= fit_config.patience:
-                stop_reason = "early_stopping"
-                break
-            if fit_config.max_epochs is not None and epoch >= fit_config.max_epochs:
-                break
-            if fit_config.max_seconds is not None and time.perf_counter() - start >= fit_config.max_seconds:
-                stop_reason = "time_budget"
+                                               f"{stopping.since_improved}/{fit_config.patience}")
+            if reason is not None:
+                stop_reason = reason
                 break
     info = ModelInfo(
         source=source, task=task, num_transitions=n, holdout_from="heldout" if heldout is not None else "",
