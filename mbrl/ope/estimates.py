@@ -12,7 +12,8 @@ from mbrl.ope.fqe import FQEConfig
 
 UNAVAILABLE = {
     "critic": "the policy has no critics of its own here (a run of the SAC-N family: --algo mopo or ravl)",
-    "model": "no world model: the policy is not a run with one; give --world-model DIR with a run directory",
+    "model": "no MLP world model: the policy is not a run with one (or its own is RWM-U); give --world-model DIR with a "
+             "run directory",
 }
 
 
@@ -77,6 +78,8 @@ def model_estimate(policy, dataset, world_model: Path | None, starts: int, horiz
         raise ConfigError(f"--world-model {path}: no model.json; expected a directory written by `mbrl model fit`")
     task = TASKS.get(dataset.info.task) if dataset.info.task else None
     model = load_model(path, **(task.model_fns() if task is not None else {})).replace(info=ModelInfo())
+    if model.is_recurrent and world_model is None:  # the run's own RWM-U (MOPO-PPO): this estimate does not apply
+        return None
     if model.is_recurrent:
         raise ConfigError(f"--world-model {path}: a recurrent world model (RWM-U); the model estimate imagines from "
                           "single states, give an MLP ensemble")
