@@ -5,12 +5,12 @@ discounted return from simulated episodes.
     python scripts/ope_benchmark.py --dataset neorl2:DMSD --runs RUN_DIR [RUN_DIR ...] --episodes 100 \\
         --untrained 2 --out results/ope/dmsd
 
-Policies: every training seed of every run directory given (any Markov algorithm), plus `--untrained N`
+Policies: every training seed of every run directory given (any Markov algorithm; named PARENT/RUN#SEED), plus `--untrained N`
 deliberately bad ones (the first run's agent at N fresh initialisations). Truth: `--episodes` simulated episodes
 per policy from fixed reset seeds; the discounted return with FQE's γ (what FQE estimates) and the undiscounted one
 (the normalized score). Metrics per estimator, against the discounted truth: Spearman's rank correlation, regret@1
 (the true value lost by picking the estimator's best, over the true range), and the mean absolute error over the
-true range; each with a 95% bootstrap interval over policies. Writes OUT/policies.jsonl (one line per policy) and
+true range; each with a 95% bootstrap interval over policies. `fqe_lcb` ranks by the low end of FQE's interval. Writes OUT/policies.jsonl (one line per policy) and
 OUT/metrics.json, and prints the metrics as JSON lines.
 """
 
@@ -125,7 +125,7 @@ def main(argv=None) -> int:
         from mbrl import config as config_io
 
         seeds = config_io.load(run_dir / "config.json").seeds
-        policies += [(f"{run_dir.name}#{i}", load_policy(run_dir, i)) for i in range(seeds)]
+        policies += [(f"{run_dir.parent.name}/{run_dir.name}#{i}", load_policy(run_dir, i)) for i in range(seeds)]
     policies += untrained_policies(args.runs[0], args.untrained)
 
     args.out.mkdir(parents=True, exist_ok=True)
@@ -155,11 +155,13 @@ def main(argv=None) -> int:
     out = {"dataset": args.dataset, "policies": len(rows), "episodes": args.episodes, "gamma": args.gamma,
            "fqe_steps": args.fqe_steps, "target_every": args.target_every, "truth_steps": args.truth_steps,
            "methods": {}}
-    for method in ("fqe", "critic", "model"):
-        have = [i for i, r in enumerate(rows) if method in r]
+    # fqe_lcb: FQE's interval's low end, the pessimistic choice (off the data, the heads disagree and it falls).
+    for method, source, field in (("fqe", "fqe", "value"), ("fqe_lcb", "fqe", "low"), ("critic", "critic", "value"),
+                                  ("model", "model", "value")):
+        have = [i for i, r in enumerate(rows) if source in r]
         if len(have) < 3:
             continue
-        estimates = np.array([rows[i][method]["value"] for i in have])
+        estimates = np.array([rows[i][source][field] for i in have])
         out["methods"][method] = {"policies": len(have), **metrics(estimates, truth[have], rng)}
         print(json.dumps({"method": method, **out["methods"][method]}))
     (args.out / "metrics.json").write_text(json.dumps(out, indent=1))

@@ -494,7 +494,7 @@ class Sweep:
 
             config = FQEConfig(steps=settings.fqe_steps, min_steps=min(FQEConfig.min_steps, settings.fqe_steps // 2),
                                seed=base.seed)
-            fqe = np.asarray(objectives.fqe_values(trainer, result.state, train, heldout, config))
+            fqe = np.asarray(objectives.fqe_values(trainer, result.state, train, heldout, config))  # (members, 2)
 
         estimate = [scored(r.mean()) for r in returns]
         spread = [scored(r.mean() + r.std()) - scored(r.mean()) for r in returns]
@@ -507,13 +507,14 @@ class Sweep:
                 return None if values is None else float(np.mean(values[rows]))
 
             attrs = {"sim_score": mean(sim), "offline_estimate": mean(estimate), "offline_std": mean(spread),
-                     "offline_objective": mean(lcb), "fqe_estimate": mean(fqe), "q_trend": mean(trends),
+                     "offline_objective": mean(lcb), "fqe_estimate": None if fqe is None else mean(fqe[:, 0]),
+                     "fqe_objective": None if fqe is None else mean(fqe[:, 1]), "q_trend": mean(trends),
                      "heldout_td": mean(td),
                      "wall_seconds": round(seconds, 1), "population": len(members), "seeds": seeds}
             for name, value in attrs.items():
                 a.trial.set_user_attr(name, value)
             value = {"sim": attrs["sim_score"], "offline": attrs["offline_objective"],
-                     "fqe": attrs["fqe_estimate"]}[settings.objective]
+                     "fqe": attrs["fqe_objective"]}[settings.objective]
             if value is None:
                 raise ConfigError("--objective sim: the dataset has no simulator task to evaluate in; use --objective offline")
             self.study.tell(a.trial, value if np.isfinite(value) else float("nan"))
@@ -524,8 +525,8 @@ class Sweep:
 # ------------------------------------------------------------------------------------------------ outputs
 
 
-COLUMNS = ("sim_score", "offline_objective", "offline_estimate", "offline_std", "fqe_estimate", "q_trend", "heldout_td",
-           "wall_seconds", "population", "worker")
+COLUMNS = ("sim_score", "offline_objective", "offline_estimate", "offline_std", "fqe_objective", "fqe_estimate", "q_trend",
+           "heldout_td", "wall_seconds", "population", "worker")
 
 
 def trial_rows(study, space: Space) -> list[dict[str, Any]]:
@@ -562,9 +563,9 @@ def write_outputs(settings: Settings, study, plots: bool = False) -> dict[str, A
                                                              [t.user_attrs["sim_score"] for t in both])
     summary["trials_with_both"] = len(both)
     with_fqe = [t for t in complete if t.user_attrs.get("sim_score") is not None
-                and t.user_attrs.get("fqe_estimate") is not None]
+                and t.user_attrs.get("fqe_objective") is not None]
     if with_fqe:
-        summary["spearman_fqe_vs_sim"] = objectives.spearman([t.user_attrs["fqe_estimate"] for t in with_fqe],
+        summary["spearman_fqe_vs_sim"] = objectives.spearman([t.user_attrs["fqe_objective"] for t in with_fqe],
                                                              [t.user_attrs["sim_score"] for t in with_fqe])
     if complete:
         best = max(complete, key=lambda t: t.value)
@@ -572,7 +573,7 @@ def write_outputs(settings: Settings, study, plots: bool = False) -> dict[str, A
         (out / "best").mkdir(parents=True, exist_ok=True)
         config_io.save(config, out / "best" / "config.json")
         summary["best"] = {"number": best.number, "value": best.value, "params": best.params,
-                           **{k: best.user_attrs.get(k) for k in ("sim_score", "offline_objective", "fqe_estimate")}}
+                           **{k: best.user_attrs.get(k) for k in ("sim_score", "offline_objective", "fqe_objective")}}
     write_text_atomic(out / "summary.json", json.dumps(summary, indent=1) + "\n")
     if plots and len(complete) >= 2:
         write_plots(study, out)

@@ -9,7 +9,8 @@
   reference scores are known. A robot-only dataset (no simulator behind it) can use it.
 
 - `fqe`: Fitted Q Evaluation (`mbrl.ope.fqe`) of each member's deterministic policy on the training data, checked
-  on the held-out episodes: the discounted value at the dataset's initial states. Also needs no simulator.
+  on the held-out episodes: the low end of the interval of its discounted value at the dataset's initial states
+  (pessimistic, as the offline objective: off the data the heads disagree). Also needs no simulator.
 
 Beside the offline estimate come the critic's diagnostics of Kumar et al. 2021 ("A Workflow for Offline
 Model-Free Robotic Reinforcement Learning"): the trend of the mean Q over the second half of training
@@ -127,9 +128,10 @@ def heldout_td_errors(trainer, state, heldout: Transitions | None, rows: int = 4
     return np.asarray(jax.jit(jax.vmap(one))(state.agent, state.hypers), np.float64).tolist()
 
 
-def fqe_values(trainer, state, train: OfflineDataset, heldout: Transitions | None, config) -> list[float]:
+def fqe_values(trainer, state, train: OfflineDataset, heldout: Transitions | None, config) -> list[tuple[float, float]]:
     """Per member of the population: FQE's discounted value (`mbrl.ope.fqe`, settings `config`) of its deterministic
-    policy, fitted on `train` and checked on `heldout`, at `train`'s initial states. Markov policies only."""
+    policy and the low end of its interval, fitted on `train` and checked on `heldout`, at `train`'s initial states.
+    Markov policies only."""
     from mbrl.core.errors import ConfigError
     from mbrl.core.types import PolicyInput
     from mbrl.ope.fqe import fit_fqe
@@ -150,7 +152,8 @@ def fqe_values(trainer, state, train: OfflineDataset, heldout: Transitions | Non
             inputs = PolicyInput(obs, jnp.zeros((n, agent.act_dim)), jnp.zeros(n), jnp.ones(n, bool))
             return agent.act(params, (), inputs, jax.random.PRNGKey(0), True)[0]
 
-        values.append(fit_fqe(policy, train.transitions, heldout, initial, config).value)
+        result = fit_fqe(policy, train.transitions, heldout, initial, config)
+        values.append((result.value, result.interval[0]))
     return values
 
 
