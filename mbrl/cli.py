@@ -55,7 +55,9 @@ def _parse(tyro, args_type, rest: list[str], prog: str, help_: str):
     captured = io.StringIO()
     try:
         with contextlib.redirect_stderr(captured):
-            return tyro.cli(args_type, args=rest, prog=prog, description=help_)
+            args = tyro.cli(args_type, args=rest, prog=prog, description=help_)
+        sys.stderr.write(captured.getvalue())  # tyro's warnings, if any, still reach the user
+        return args
     except SystemExit as exc:
         if exc.code in (0, None):
             sys.stderr.write(captured.getvalue())

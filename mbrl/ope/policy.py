@@ -45,8 +45,9 @@ def _from_run(run_dir: Path, seed_index: int) -> JudgedPolicy:
     from mbrl.train import load_run
 
     run = load_run(run_dir)
-    metadata = {"algo": run.config.algo, "train_seed": run.seeds[0], "run_dir": str(run_dir)}
-    spec = run_policy_spec(run, run.actor_params(seed_index), run_dir.name, metadata)
+    params = run.actor_params(seed_index)  # (checks the index)
+    metadata = {"algo": run.config.algo, "train_seed": run.seeds[seed_index], "run_dir": str(run_dir)}
+    spec = run_policy_spec(run, params, run_dir.name, metadata)
     if spec.recurrent:
         _refuse_recurrent(str(run_dir))
     return JudgedPolicy(jax.vmap(policy_function(spec)), spec.obs_dim, spec.act_dim, str(run_dir), run, seed_index)
