@@ -1,4 +1,4 @@
-"""The one early-stopping rule of every fit (the MLP ensemble, RWM-U): stop after `patience` checks in a row in
+"""The one early-stopping rule of every fit (the MLP ensemble, RWM-U, FQE): stop after `patience` checks in a row in
 which no tracked value fell by more than `min_improvement` (relative) below its last significant improvement, or
 at a budget of checks or seconds."""
 

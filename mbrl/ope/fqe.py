@@ -24,6 +24,7 @@ import numpy as np
 import optax
 
 from agents.networks import Critic, ObsScale
+from mbrl.core.early_stopping import EarlyStopping
 from mbrl.core.errors import ConfigError, DatasetError
 from mbrl.core.types import Transitions
 
@@ -88,7 +89,7 @@ class FQEResult:
 
     @property
     def interval(self) -> tuple[float, float]:
-        """The heads' range widened by their standard error: the estimate's spread over initialisations and data."""
+        """The heads' range widened by their standard deviation: the estimate's spread over initialisations and data."""
         spread = float(np.std(self.head_values, ddof=1)) if len(self.head_values) > 1 else 0.0
         return float(np.min(self.head_values)) - spread, float(np.max(self.head_values)) + spread
 
@@ -201,7 +202,8 @@ def fit_fqe(policy: Callable, train: Transitions, heldout: Transitions, initial_
     key = jax.random.PRNGKey(config.seed)
     key, init_key = jax.random.split(key)
     carry = init(init_key, start_obs[:1], start_action[:1])
-    best, best_params, best_step, since, history, steps, stop_reason = np.inf, None, 0, 0, [], 0, "max_steps"
+    stopping = EarlyStopping(config.patience, min_improvement=0.01)
+    best_params, best_step, history, steps, stop_reason = None, 0, [], 0, "max_steps"
     while steps < config.steps:
         key, chunk_key = jax.random.split(key)
         carry, _ = chunk(carry, chunk_key, data, norm)
@@ -215,12 +217,11 @@ def fit_fqe(policy: Callable, train: Transitions, heldout: Transitions, initial_
         error = squared_error / max(squared_target, 1e-12)
         if steps < config.min_steps:  # values are still growing from 0: no weights are kept yet
             continue
-        if error < best * 0.99:
-            best, best_params, best_step, since = error, jax.tree.map(jnp.copy, carry[0]), steps, 0
-        else:
-            since += 1
-        if since >= config.patience:
-            stop_reason = "early_stopping"
+        reason = stopping.update(error)
+        if stopping.since_improved == 0:  # a significant improvement: these weights are the best so far
+            best_params, best_step = jax.tree.map(jnp.copy, carry[0]), steps
+        if reason is not None:
+            stop_reason = reason
             break
     if best_params is None:  # the fit ended before min_steps: its last weights
         best_params, best_step = carry[0], steps
