@@ -53,9 +53,7 @@ def untrained_policies(run_dir: Path, count: int):
     """The run's agent at `count` fresh initialisations: the bad end of the policy set."""
     import jax
 
-    from mbrl.export_run import run_policy_spec
-    from mbrl.export import policy_function
-    from mbrl.ope.policy import JudgedPolicy
+    from mbrl.ope.policy import policy_of_run
     from mbrl.train import load_run
 
     run = load_run(run_dir)
@@ -63,9 +61,9 @@ def untrained_policies(run_dir: Path, count: int):
     out = []
     for i in range(count):
         params = agent.actor_params(agent.init(jax.random.PRNGKey(1000 + i)))
-        spec = run_policy_spec(run, params, f"untrained-{i}", {"algo": run.config.algo, "run_dir": str(run_dir)})
-        out.append((f"untrained-{i}", JudgedPolicy(jax.vmap(policy_function(spec)), spec.obs_dim, spec.act_dim,
-                                                   f"untrained-{i}")))
+        policy = policy_of_run(run, params, f"untrained-{i}", {"algo": run.config.algo, "run_dir": str(run_dir)})
+        policy.run = None  # not the run's own weights: its critics and model do not judge it
+        out.append((f"untrained-{i}", policy))
     return out
 
 

@@ -38,19 +38,26 @@ def _refuse_recurrent(source: str) -> None:
 
 
 def _from_run(run_dir: Path, seed_index: int) -> JudgedPolicy:
-    import jax
-
-    from mbrl.export import policy_function
-    from mbrl.export_run import run_policy_spec
     from mbrl.train import load_run
 
     run = load_run(run_dir)
     params = run.actor_params(seed_index)  # (checks the index)
     metadata = {"algo": run.config.algo, "train_seed": run.seeds[seed_index], "run_dir": str(run_dir)}
-    spec = run_policy_spec(run, params, run_dir.name, metadata)
+    return policy_of_run(run, params, str(run_dir), metadata, seed_index)
+
+
+def policy_of_run(run, params, source: str, metadata: dict, member: int = 0) -> JudgedPolicy:
+    """The deployed policy of a run's agent (`mbrl.train.LoadedRun`) with actor parameters `params` (its own, or any
+    others of the same shapes)."""
+    import jax
+
+    from mbrl.export import policy_function
+    from mbrl.export_run import run_policy_spec
+
+    spec = run_policy_spec(run, params, Path(source).name, metadata)
     if spec.recurrent:
-        _refuse_recurrent(str(run_dir))
-    return JudgedPolicy(jax.vmap(policy_function(spec)), spec.obs_dim, spec.act_dim, str(run_dir), run, seed_index)
+        _refuse_recurrent(source)
+    return JudgedPolicy(jax.vmap(policy_function(spec)), spec.obs_dim, spec.act_dim, source, run, member)
 
 
 def _from_export(export_dir: Path) -> JudgedPolicy:
