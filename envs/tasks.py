@@ -19,13 +19,16 @@ from __future__ import annotations
 
 import dataclasses
 import importlib
+import importlib.util
 import re
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import jax
 import jax.numpy as jnp
 
+from mbrl.core import declaration
 from mbrl.core.errors import ConfigError
 from mbrl.core.types import TASK_SPECS, TaskSpec, find_spec, register_spec
 
@@ -180,11 +183,73 @@ _register_neorl2()
 
 
 def get_task(name: str) -> Task:
-    """The task called `name` (a key of TASKS, its case ignored); a ConfigError listing the valid names otherwise."""
+    """The task called `name` (a key of TASKS, its case ignored), a robot's declaration file (`robot.toml`), or a
+    declaration placed in `$MBRL_DATA_DIR/tasks/`; a ConfigError listing the valid names otherwise."""
     spec = find_spec(name)
+    if spec is not None and spec.declaration is not None:
+        known = TASKS.get(spec.name)
+        if known is not None and known.spec == spec:
+            return known
+        return register(declared_task(declaration.read_declaration(spec.declaration)), replace=True)
     if spec is not None and spec.name in TASKS:
         return TASKS[spec.name]
-    raise ConfigError(f"unknown task {name!r}: expected one of {', '.join(TASKS)}")
+    raise ConfigError(f"unknown task {name!r}: expected one of {', '.join(TASKS)}, or a robot's declaration (.toml)")
+
+
+def find_task(name: str | None) -> Task | None:
+    """`get_task(name)`, or None for no name or an unknown one (a dataset whose task nobody registered)."""
+    if not name:
+        return None
+    try:
+        return get_task(name)
+    except ConfigError:
+        if find_spec(name) is not None and declaration.is_declaration_path(name):
+            raise  # a bad declaration is the user's to fix, not an unknown task
+        return None
+
+
+def declared_task(decl: declaration.Declaration) -> Task:
+    """A declared robot's registry entry: its spec, and its reward and termination functions, imported and checked
+    on a batch of zeros (jax.numpy on obs, action, next_obs)."""
+    import numpy as np
+
+    fns = {}
+    for key in ("reward", "termination"):
+        ref = getattr(decl, key)
+        if ref is None:
+            continue
+        fn = _import_function(ref, decl.path, key)
+        obs, act = np.zeros((3, decl.obs_dim), np.float32), np.zeros((3, decl.act_dim), np.float32)
+        try:
+            out = jnp.asarray(jax.jit(fn)(obs, act, obs))
+        except Exception as exc:  # noqa: BLE001 - whatever the user's function raises, named with its file
+            raise ConfigError(f"{decl.path}: field {key!r} = {ref!r} fails on a batch of 3 zero transitions "
+                              f"({type(exc).__name__}: {' '.join(str(exc).split())[:200]})") from None
+        if out.shape != (3,):
+            raise ConfigError(f"{decl.path}: field {key!r} = {ref!r} returns shape {tuple(out.shape)} for a batch of 3 "
+                              f"transitions; expected (3,): one value per transition")
+        fns[key] = fn
+    return make_task(decl.spec(), fns.get("termination"), fns.get("reward"))
+
+
+def _import_function(ref: str, path, key: str):
+    module_name, _, function = ref.rpartition(":")
+    try:
+        if module_name.endswith(".py"):
+            spec = importlib.util.spec_from_file_location(f"mbrl_declared_{Path(module_name).stem}", module_name)
+            if spec is None or not Path(module_name).is_file():
+                raise FileNotFoundError(f"no such file {module_name}")
+            module = importlib.util.module_from_spec(spec)
+            spec.loader.exec_module(module)
+        else:
+            module = importlib.import_module(module_name)
+        fn = getattr(module, function)
+    except Exception as exc:  # noqa: BLE001 - an import that fails is the declaration's problem
+        raise ConfigError(f"{path}: field {key!r} = {ref!r} does not import "
+                          f"({type(exc).__name__}: {' '.join(str(exc).split())[:200]})") from None
+    if not callable(fn):
+        raise ConfigError(f"{path}: field {key!r} = {ref!r} is not a function")
+    return fn
 
 
 _ENV_ID = re.compile(r"^(?:.*/)?(?P<name>[A-Za-z0-9_]+)-v(?P<version>\d+)$")

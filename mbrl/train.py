@@ -558,7 +558,7 @@ def run(
     `dataset`: an already loaded `OfflineDataset` (else `mbrl.datasets.load(config.dataset)`).
     `on_epoch`: called on the host after each epoch's record is written (tests, scripts).
     """
-    from envs.tasks import TASKS
+    from envs.tasks import find_task
     from mbrl import config as config_io
     from mbrl import datasets
     from mbrl.checkpoint import Checkpointer
@@ -581,7 +581,7 @@ def run(
     progress = config.logging.progress if progress is None else progress
 
     dataset = dataset if dataset is not None else datasets.load(config.dataset, task=config.task)
-    task = TASKS.get(dataset.info.task) if dataset.info.task else None
+    task = find_task(dataset.info.task)
     ref_scores = dataset_reference_scores(dataset, task)
     dataset_score = None
     if ref_scores is not None and dataset.num_episodes:
@@ -782,14 +782,14 @@ def train_population(
     outlives one population); by default one of its own. Stopped early, `records` ends before the
     schedule's last epoch. Nothing is written to disk.
     """
-    from envs.tasks import TASKS
+    from envs.tasks import find_task
     from mbrl import datasets
 
     if len(hypers) != len(seeds) or not seeds:
         raise ConfigError(f"population: expected one set of hyperparameters per seed, found {len(hypers)} and {len(seeds)}")
     configs = [member_config(config, h) for h in hypers]
     dataset = dataset if dataset is not None else datasets.load(config.dataset, task=config.task)
-    task = TASKS.get(dataset.info.task) if dataset.info.task else None
+    task = find_task(dataset.info.task)
     trainer = trainer_of_data(config, dataset)
     real = trainer.real_data(dataset)
     model = None

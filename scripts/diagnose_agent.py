@@ -34,7 +34,7 @@ import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 
 from envs import collect, lockstep  # noqa: E402
-from envs.tasks import TASKS  # noqa: E402
+from envs.tasks import find_task  # noqa: E402
 from mbrl import config as config_io  # noqa: E402
 from mbrl import datasets  # noqa: E402
 from mbrl.core.errors import ConfigError  # noqa: E402
@@ -102,7 +102,7 @@ def main(argv=None) -> None:
     overrides["seed"] = args.seed
     config = config_io.build(args.algo, args.dataset, args.preset, overrides)
     dataset = datasets.load(config.dataset)
-    task = TASKS.get(dataset.info.task or "")
+    task = find_task(dataset.info.task)
     if task is None:
         raise ConfigError(f"{args.dataset}: the diagnosis needs a known task (its env and termination function)")
     trainer = trainer_for(config, dataset.info.obs_dim, dataset.info.act_dim)

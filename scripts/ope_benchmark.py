@@ -102,7 +102,7 @@ def main(argv=None) -> int:
     parser.add_argument("--out", type=Path, required=True)
     args = parser.parse_args(argv)
 
-    from envs.tasks import TASKS
+    from envs.tasks import find_task
     from mbrl import datasets
     from mbrl.core.score import normalized_score, reference_scores
     from mbrl.ope.estimates import critic_estimate, fqe_estimate, model_estimate
@@ -110,7 +110,7 @@ def main(argv=None) -> int:
     from mbrl.ope.policy import load_policy
 
     dataset = datasets.load(args.dataset)
-    task = TASKS.get(dataset.info.task)
+    task = find_task(dataset.info.task)
     if task is None or not task.has_env:
         print(f"{args.dataset}: no simulator task; the truth needs one", file=sys.stderr)
         return 2

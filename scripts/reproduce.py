@@ -59,7 +59,7 @@ def _summary(result) -> dict:
 
 def world_model_for(dataset_name: str, dataset, preset: str, out: Path, fit_seconds: float | None = None) -> Path:
     """Fit one world model per dataset (shared by MOPO and RAVL), or reuse the saved one."""
-    from envs.tasks import TASKS
+    from envs.tasks import find_task
     from mbrl import config as config_io
     from world_models.fit import fit_world_model
 
@@ -68,7 +68,7 @@ def world_model_for(dataset_name: str, dataset, preset: str, out: Path, fit_seco
         return path
     overrides = {} if fit_seconds is None else {"fit": {"max_seconds": fit_seconds, "max_epochs": None}}
     config = config_io.build("ravl", dataset_name, preset, overrides)
-    task = TASKS.get(dataset.info.task)
+    task = find_task(dataset.info.task)
     print(f"[reproduce] fitting the world model of {dataset_name}", flush=True)
     result = fit_world_model(dataset, config=config.ensemble, fit_config=config.fit, progress=True,
                              **(task.model_fns() if task else {}))

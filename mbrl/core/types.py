@@ -162,6 +162,11 @@ class TaskSpec:
     obs_names: tuple[str, ...] | None = None
     act_names: tuple[str, ...] | None = None
     suite: str = ""  # "mujoco", "neorl2", "robot": where the task comes from
+    obs_units: tuple[str, ...] | None = None
+    act_units: tuple[str, ...] | None = None
+    obs_low: tuple[float, ...] | None = None  # the declared range of each observation, where known
+    obs_high: tuple[float, ...] | None = None
+    declaration: str | None = None  # the TOML file a declared robot came from (mbrl.core.declaration)
 
     def action_bounds(self) -> tuple[np.ndarray, np.ndarray]:
         """(low, high), float32 arrays of act_dim."""
@@ -203,10 +208,21 @@ def register_spec(spec: TaskSpec, replace: bool = False) -> TaskSpec:
 
 
 def find_spec(name: str | None) -> TaskSpec | None:
-    """The spec called `name`, case-insensitively ("dmsd" finds DMSD), else None."""
+    """The spec called `name`, case-insensitively ("dmsd" finds DMSD), else None.
+
+    `name` may also be a robot's declaration file (`robot.toml`), or the name of one placed in
+    `$MBRL_DATA_DIR/tasks/`; either is read, checked and registered here (a ConfigError if it is bad).
+    """
     if not isinstance(name, str):
         return None
+    from mbrl.core import declaration
+
+    if declaration.is_declaration_path(name):
+        return register_spec(declaration.read_declaration(name).spec(), replace=True)
     if name in TASK_SPECS:
         return TASK_SPECS[name]
     folded = {key.lower(): spec for key, spec in TASK_SPECS.items()}
-    return folded.get(name.lower())
+    if name.lower() in folded:
+        return folded[name.lower()]
+    placed = declaration.find_declaration(name)
+    return None if placed is None else register_spec(declaration.read_declaration(placed).spec(), replace=True)

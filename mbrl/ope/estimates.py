@@ -59,7 +59,7 @@ def critic_estimate(policy, initial: np.ndarray) -> dict | None:
 
 def model_estimate(policy, dataset, world_model: Path | None, starts: int, horizon: int | None) -> dict | None:
     """The greedy return of a run's policy in a world model (`world_model`, else the run's own; None without)."""
-    from envs.tasks import TASKS
+    from envs.tasks import find_task
     from mbrl.core.score import normalized_score
     from mbrl.sweep.objective import model_returns
     from mbrl.train import dataset_reference_scores
@@ -76,7 +76,7 @@ def model_estimate(policy, dataset, world_model: Path | None, starts: int, horiz
     path = paths[policy.member] if len(paths) > 1 else paths[0]
     if not (path / "model.json").is_file():
         raise ConfigError(f"--world-model {path}: no model.json; expected a directory written by `mbrl model fit`")
-    task = TASKS.get(dataset.info.task) if dataset.info.task else None
+    task = find_task(dataset.info.task)
     model = load_model(path, **(task.model_fns() if task is not None else {})).replace(info=ModelInfo())
     if model.is_recurrent and world_model is None:  # the run's own RWM-U (MOPO-PPO): this estimate does not apply
         return None

@@ -319,12 +319,12 @@ class Sweep:
     def data(self):
         """(training dataset, held-out transitions, task, reference scores), loaded once."""
         if self._data is None:
-            from envs.tasks import TASKS
+            from envs.tasks import find_task
             from mbrl import datasets
             from mbrl.train import dataset_reference_scores
 
             dataset = datasets.load(self.settings.base.dataset, task=self.settings.base.task)
-            task = TASKS.get(dataset.info.task) if dataset.info.task else None
+            task = find_task(dataset.info.task)
             train, heldout = objectives.split_holdout(dataset, self.settings.holdout, seed=self.settings.base.seed)
             self._data = (train, heldout, task, dataset_reference_scores(dataset, task))
         return self._data
