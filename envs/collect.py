@@ -206,18 +206,59 @@ def make_dataset(
 def write_minari(
     root: Path, task: str, level: str, episodes: list[Episode], ref_min: float, ref_max: float, extra: dict
 ) -> Path:
-    """Write a Minari dataset `mbrl/<task>/<level>-v0` under `root`, atomically.
+    """Write a Minari dataset `mbrl/<task>/<level>-v0` under `root`, atomically (`write_minari_folder`), with
+    `mbrl/` and `mbrl/<task>/` as Minari namespaces."""
+    ds_id = registry.minari_id(task, level)
+    final = root / ds_id
 
-    Built in a hidden temporary root (Minari skips hidden folders), then renamed into place, so an
-    interrupted write leaves nothing that looks like a dataset.
+    def place_namespaces(tmp_root: Path) -> None:
+        namespace_file = tmp_root / registry.NAMESPACE / task / "namespace_metadata.json"
+        final.parent.mkdir(parents=True, exist_ok=True)
+        for ns in (final.parent.parent, final.parent):
+            target = ns / "namespace_metadata.json"
+            if not target.exists():
+                src = tmp_root / ns.relative_to(root) / "namespace_metadata.json"
+                shutil.copyfile(src if src.exists() else namespace_file, target)
+
+    return write_minari_folder(
+        final, ds_id, episodes, tmp_parent=root, env_id=TASK_SPECS[task].env_id, ref_scores=(ref_min, ref_max),
+        algorithm_name=extra.get("algorithm_name", "SAC behaviour policy"), description=extra.get("description"),
+        metadata={k: v for k, v in extra.items() if k.startswith("mbrl_")}, before_rename=place_namespaces)
+
+
+def write_minari_folder(
+    final: Path,
+    dataset_id: str,
+    episodes: list[Episode],
+    *,
+    tmp_parent: Path | None = None,
+    env_id: str | None = None,
+    spaces: tuple[gym.spaces.Box, gym.spaces.Box] | None = None,
+    ref_scores: tuple[float | None, float | None] = (None, None),
+    algorithm_name: str | None = None,
+    description: str | None = None,
+    metadata: dict | None = None,
+    code_permalink: str = "https://github.com/offline-mbrl/offline-mbrl/blob/main/envs/collect.py",
+    before_rename: Callable[[Path], None] | None = None,
+) -> Path:
+    """The project's one Minari writer: `episodes` as the dataset `dataset_id` in the folder `final` (which then
+    holds `data/`), atomically.
+
+    Built in a hidden temporary root in `tmp_parent` (default: beside `final`; Minari skips hidden folders), then
+    renamed into place, so an interrupted write leaves nothing that looks like a dataset. Without `env_id`,
+    `spaces` gives (observation space, action space), and the reference scores go into the metadata directly:
+    Minari itself keeps them only for an env it can make. `before_rename(tmp_root)` runs just before the rename.
     """
     import minari  # noqa: PLC0415 (slow import)
 
-    ds_id = registry.minari_id(task, level)
-    final = root / ds_id
-    root.mkdir(parents=True, exist_ok=True)
-    tmp_root = Path(tempfile.mkdtemp(prefix=".tmp-make-", dir=root))
+    tmp_parent = final.parent if tmp_parent is None else tmp_parent
+    tmp_parent.mkdir(parents=True, exist_ok=True)
+    tmp_root = Path(tempfile.mkdtemp(prefix=".tmp-make-", dir=tmp_parent))
     previous = os.environ.get("MINARI_DATASETS_PATH")
+    ref_min, ref_max = ref_scores
+    extra_metadata = dict(metadata or {})
+    if env_id is None and ref_min is not None and ref_max is not None:
+        extra_metadata.update(ref_min_score=float(ref_min), ref_max_score=float(ref_max))
     try:
         os.environ["MINARI_DATASETS_PATH"] = str(tmp_root)
         from minari.data_collector.episode_buffer import EpisodeBuffer  # noqa: PLC0415
@@ -233,30 +274,30 @@ def write_minari(
             )
             for i, ep in enumerate(episodes)
         ]
+        observation_space, action_space = spaces if spaces is not None else (None, None)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", UserWarning)
             dataset = minari.create_dataset_from_buffers(
-                dataset_id=ds_id,
+                dataset_id=dataset_id,
                 buffer=buffers,
-                env=TASK_SPECS[task].env_id,
-                algorithm_name=extra.get("algorithm_name", "SAC behaviour policy"),
+                env=env_id,
+                observation_space=observation_space,
+                action_space=action_space,
+                algorithm_name=algorithm_name,
                 author="offline-mbrl",
                 author_email="offline-mbrl@users.noreply.github.com",
-                code_permalink="https://github.com/offline-mbrl/offline-mbrl/blob/main/envs/collect.py",
-                ref_min_score=float(ref_min),
-                ref_max_score=float(ref_max),
-                description=extra.get("description"),
+                code_permalink=code_permalink,
+                ref_min_score=None if env_id is None or ref_min is None else float(ref_min),
+                ref_max_score=None if env_id is None or ref_max is None else float(ref_max),
+                description=description,
             )
-        dataset.storage.update_metadata({k: v for k, v in extra.items() if k.startswith("mbrl_")})
+        if extra_metadata:
+            dataset.storage.update_metadata(extra_metadata)
         del dataset
-        namespace_file = tmp_root / registry.NAMESPACE / task / "namespace_metadata.json"
+        if before_rename is not None:
+            before_rename(tmp_root)
         final.parent.mkdir(parents=True, exist_ok=True)
-        for ns in (final.parent.parent, final.parent):  # mbrl/ and mbrl/<task>/ as Minari namespaces
-            target = ns / "namespace_metadata.json"
-            if not target.exists():
-                src = tmp_root / ns.relative_to(root) / "namespace_metadata.json"
-                shutil.copyfile(src if src.exists() else namespace_file, target)
-        os.replace(tmp_root / ds_id, final)
+        os.replace(tmp_root / dataset_id, final)
     finally:
         if previous is None:
             os.environ.pop("MINARI_DATASETS_PATH", None)

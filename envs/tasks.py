@@ -197,15 +197,12 @@ def get_task(name: str) -> Task:
 
 
 def find_task(name: str | None) -> Task | None:
-    """`get_task(name)`, or None for no name or an unknown one (a dataset whose task nobody registered)."""
-    if not name:
+    """`get_task(name)`, or None for no name or one no registry knows (a dataset whose task nobody registered); a
+    declared robot whose declaration or functions are bad raises."""
+    spec = find_spec(name) if name else None
+    if spec is None:
         return None
-    try:
-        return get_task(name)
-    except ConfigError:
-        if find_spec(name) is not None and declaration.is_declaration_path(name):
-            raise  # a bad declaration is the user's to fix, not an unknown task
-        return None
+    return get_task(spec.declaration or spec.name)
 
 
 def declared_task(decl: declaration.Declaration) -> Task:

@@ -95,6 +95,10 @@ class PolicySpec:
     initial_carry: Any = None
     obs_names: tuple[str, ...] | None = None
     action_names: tuple[str, ...] | None = None
+    obs_units: tuple[str, ...] | None = None
+    action_units: tuple[str, ...] | None = None
+    task: str | None = None
+    task_declared: bool = False  # a robot declared by its user: its action bounds are the robot's, exactly
     control_rate_hz: float | None = None
     env_id: str | None = None
     dataset: str | None = None
@@ -331,9 +335,12 @@ def describe(spec: PolicySpec, files: dict[str, bytes], platforms: list[str]) ->
         "dataset": spec.dataset,
         "run_id": spec.run_id,
         "control_rate_hz": spec.control_rate_hz,
+        "task": spec.task,
+        "task_declared": spec.task_declared,
         "observation": {
             "dim": spec.obs_dim,
             "names": list(spec.obs_names),
+            "units": None if spec.obs_units is None else list(spec.obs_units),
             "normalizer": normalizer,
             "low": None if spec.obs_low is None else spec.obs_low.tolist(),
             "high": None if spec.obs_high is None else spec.obs_high.tolist(),
@@ -341,6 +348,7 @@ def describe(spec: PolicySpec, files: dict[str, bytes], platforms: list[str]) ->
         "action": {
             "dim": spec.act_dim,
             "names": list(spec.action_names),
+            "units": None if spec.action_units is None else list(spec.action_units),
             "low": spec.action_low.tolist(),
             "high": spec.action_high.tolist(),
             "rescaled_from_unit_range": spec.rescale_actions,

@@ -89,6 +89,9 @@ def run_policy_spec(run, params, run_id: str, metadata: dict) -> PolicySpec:
             rate = env["control_rate_hz"]
         if task.obs_names is not None and task.act_names is not None:  # the task's own names come first
             names = {"obs_names": tuple(task.obs_names), "action_names": tuple(task.act_names)}
+        if task.obs_units is not None and task.act_units is not None:
+            names.update(obs_units=tuple(task.obs_units), action_units=tuple(task.act_units))
+        names.update(task=task.name, task_declared=task.declaration is not None)
         rate = task.control_hz if task.control_hz is not None else rate
     return PolicySpec(
         **policy_of(agent),

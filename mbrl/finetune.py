@@ -369,7 +369,12 @@ def run(config: FinetuneConfig | None, run_dir: str | Path, *, resume: bool = Fa
                 return
             if tick.fresh and pending is not None:
                 obs, action = pending
-                rows.append((np.asarray(obs, np.float32), np.asarray(action, np.float32), np.float32(tick.reward),
+                reward = tick.reward
+                if tick.obs.reward is None and task is not None and task.reward_fn is not None:
+                    # A robot that reports no reward: the declared rule scores the step.
+                    reward = float(task.reward_fn(np.asarray(obs, np.float32)[None], np.asarray(action, np.float32)[None],
+                                                  np.asarray(tick.obs.values, np.float32)[None])[0])
+                rows.append((np.asarray(obs, np.float32), np.asarray(action, np.float32), np.float32(reward),
                              tick.obs.values, bool(tick.obs.terminated), bool(tick.obs.truncated)))
                 steps += 1
                 if len(rows) == config.update_every:

@@ -576,12 +576,14 @@ def run(
         if (run_dir / "config.json").exists():
             raise ConfigError(f"{run_dir}: already holds a run; continue it with --resume {run_dir} or choose another --run-dir")
         model_paths = _model_paths(config, run_dir, world_model_dir)
-        run_dir.mkdir(parents=True, exist_ok=True)
-        config_io.save(config, run_dir / "config.json")
     progress = config.logging.progress if progress is None else progress
 
+    # The dataset and its task first: a bad file or declaration leaves no run directory behind.
     dataset = dataset if dataset is not None else datasets.load(config.dataset, task=config.task)
     task = find_task(dataset.info.task)
+    if not resume:
+        run_dir.mkdir(parents=True, exist_ok=True)
+        config_io.save(config, run_dir / "config.json")
     ref_scores = dataset_reference_scores(dataset, task)
     dataset_score = None
     if ref_scores is not None and dataset.num_episodes:
@@ -590,7 +592,8 @@ def run(
     obs_scale = ObsScale.from_json(facts.get("obs_scale")) if loaded is not None and facts else observation_scale(config, dataset)
     _write_json(run_dir / RUN_FILE, {
         "world_models": [_relative(p, run_dir) for p in model_paths] if config.uses_model else [],
-        "task": task.name if task is not None else None,
+        # A declared robot by its file, so later commands (export, finetune, evaluate) can register it again.
+        "task": None if task is None else (task.declaration or task.name),
         "ref_scores": list(ref_scores) if ref_scores is not None else None,
         "obs_dim": dataset.info.obs_dim,
         "act_dim": dataset.info.act_dim,

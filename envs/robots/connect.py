@@ -78,9 +78,11 @@ def make_robot(uri: str, *, obs_dim: int, action_low, action_high, obs_timeout: 
     raise ConfigError(f"--robot {uri!r}: unknown robot; expected sim:TASK, mujoco:ENV_ID, udp://HOST:PORT or ros2:PREFIX")
 
 
-def check_fit(robot, policy: str, obs_dim: int, act_dim: int, action_low, action_high) -> tuple[np.ndarray, np.ndarray]:
+def check_fit(robot, policy: str, obs_dim: int, act_dim: int, action_low, action_high,
+              declared: bool = False) -> tuple[np.ndarray, np.ndarray]:
     """The command bounds a policy (`policy` names it: an export, a run) and a connected robot agree on;
-    RobotError when the dims differ or the bounds do not overlap."""
+    RobotError when the dims differ or the bounds do not overlap, or, for a `declared` robot (its bounds are the
+    user's declaration of this very robot), when they differ at all."""
     from envs.robots.protocol import RobotError
 
     where = f"{policy} and robot {robot.name}"
@@ -89,6 +91,10 @@ def check_fit(robot, policy: str, obs_dim: int, act_dim: int, action_low, action
     if robot.act_dim != act_dim:
         raise RobotError(f"{where}: the policy gives actions of dim {act_dim}, the robot takes {robot.act_dim}")
     action_low, action_high = np.asarray(action_low, np.float32), np.asarray(action_high, np.float32)
+    if declared and not (np.allclose(action_low, robot.action_low, rtol=1e-6, atol=1e-6)
+                         and np.allclose(action_high, robot.action_high, rtol=1e-6, atol=1e-6)):
+        raise RobotError(f"{where}: the robot's action bounds {robot.action_low.tolist()}..{robot.action_high.tolist()} "
+                         f"differ from the declared {action_low.tolist()}..{action_high.tolist()}")
     low, high = np.maximum(action_low, robot.action_low), np.minimum(action_high, robot.action_high)
     if not np.all(low < high):
         raise RobotError(f"{where}: the action bounds do not overlap (policy {action_low.tolist()}..{action_high.tolist()}, "

@@ -1,4 +1,5 @@
-"""A robot-side DDS node for the ROS 2 topics of `envs.robots.dds`: a Gymnasium MuJoCo env in its own process.
+"""The robot-side DDS node of the ROS 2 topics of `envs.robots.dds` around a Stepper (`envs.robots.serve`); as a
+program, a Gymnasium env in its own process.
 
     python -m envs.robots.dds_sim --env Hopper-v5 --prefix /hopper [--max-episode-steps N] [--stop-after N] [--log events.jsonl]
 
@@ -16,7 +17,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import signal
 import sys
 import time
 
@@ -24,11 +24,7 @@ import numpy as np
 
 
 class DdsSim:
-    def __init__(self, env_id: str, prefix: str, max_episode_steps: int | None = None, stop_after: int | None = None,
-                 log_path: str | None = None):
-        import gymnasium
-
-        import envs.tasks  # noqa: F401  registers the tasks' Gymnasium ids (NeoRL2/DMSD-v0, ...)
+    def __init__(self, stepper, prefix: str, stop_after: int | None = None, log_path: str | None = None):
         from cyclonedds.core import InstanceState, ReadCondition, SampleState, ViewState, WaitSet
         from cyclonedds.domain import DomainParticipant
         from cyclonedds.pub import DataWriter
@@ -41,14 +37,8 @@ class DdsSim:
         self.msg = msg
         self.prefix = normalize_prefix(prefix)
         domain = msg.domain_id()
-        kwargs = {} if max_episode_steps is None else {"max_episode_steps": max_episode_steps}
-        try:
-            self.env = gymnasium.make(env_id, **kwargs)
-        except Exception as exc:
-            raise ValueError(f"--env {env_id}: {exc}") from None
-        self.low = self.env.action_space.low.astype(np.float64)
-        self.high = self.env.action_space.high.astype(np.float64)
-        self.act_dim = int(np.prod(self.env.action_space.shape))
+        self.stepper = stepper
+        self.low, self.high, self.act_dim = stepper.action_low, stepper.action_high, stepper.act_dim
         self.stop_after = stop_after
         qos = msg.default_qos()
         self.participant = DomainParticipant(domain)
@@ -103,7 +93,7 @@ class DdsSim:
         if words[:1] == ["reset"] and (len(words) == 1 or (len(words) == 2 and words[1].lstrip("-").isdigit())):
             seed = int(words[1]) if len(words) == 2 else None
             try:
-                obs, _ = self.env.reset(seed=seed)
+                obs = self.stepper.reset(seed)
             except Exception as exc:  # such as a negative seed
                 text = f"error: reset with seed {seed} failed: {' '.join(str(exc).split())}"
                 self.event("error", message=text)
@@ -138,10 +128,12 @@ class DdsSim:
         if parts["action"] != self.act_dim:
             self.refuse(f"an action of {parts['action']} values, this robot has {self.act_dim} actuators")
             return
-        # In the action space's dtype, as a controller in this process would pass it (Hopper's control cost
-        # squares the action in that dtype).
-        action = np.clip(np.asarray(message.data[:-1], np.float64), self.low, self.high).astype(self.env.action_space.dtype)
-        obs, reward, terminated, truncated, _ = self.env.step(action)
+        try:
+            obs, reward, terminated, truncated = self.stepper.step(
+                np.clip(np.asarray(message.data[:-1], np.float64), self.low, self.high))
+        except Exception as exc:  # noqa: BLE001 - the robot's failure goes to the controller, the node lives on
+            self.refuse(f"step {self.step} failed: {' '.join(str(exc).split())}")
+            return
         self.step += 1
         self.publish(obs, reward, terminated, truncated)
 
@@ -162,7 +154,7 @@ class DdsSim:
                 self.event("controllers", count=controllers)
 
     def close(self) -> None:
-        self.env.close()
+        self.stepper.close()
         if self.log is not None:
             self.log.close()
 
@@ -180,24 +172,14 @@ def main(argv: list[str] | None = None) -> int:
     except ImportError as exc:
         print(f"dds_sim: error: cannot import cyclonedds ({exc}); pip install 'offline-mbrl[ros2]'", file=sys.stderr)
         return 2
+    from envs.robots.serve import GymStepper, serve_until_stopped
+
     try:
-        node = DdsSim(args.env, args.prefix, args.max_episode_steps, args.stop_after, args.log)
+        node = DdsSim(GymStepper(args.env, args.max_episode_steps), args.prefix, args.stop_after, args.log)
     except Exception as exc:  # a bad env id, prefix or domain: one line, exit 2
         print(f"dds_sim: error: {' '.join(str(exc).split())}", file=sys.stderr)
         return 2
-
-    def terminate(signum, frame):
-        raise SystemExit(0)
-
-    signal.signal(signal.SIGTERM, terminate)
-    print(f"ready on ros2:{node.prefix}", flush=True)
-    try:
-        node.serve()
-    except KeyboardInterrupt:
-        pass
-    finally:
-        node.close()
-    return 0
+    return serve_until_stopped(node, f"ready on ros2:{node.prefix}")
 
 
 if __name__ == "__main__":

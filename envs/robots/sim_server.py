@@ -1,4 +1,5 @@
-"""A reference robot-side server for the UDP protocol (`envs.robots.udp`): a Gymnasium MuJoCo env in its own process.
+"""The robot-side server of the UDP protocol (`envs.robots.udp`) around a Stepper (`envs.robots.serve`); as a
+program, a Gymnasium env in its own process.
 
     python -m envs.robots.sim_server --env Hopper-v5 --port 5555 [--max-episode-steps N] [--log events.jsonl]
 
@@ -13,7 +14,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import signal
 import socket
 import sys
 import time
@@ -24,18 +24,10 @@ from envs.robots.udp import ACK, ACTION, BYE, ERROR, HELLO, MAX_DATAGRAM, OBS, R
 
 
 class SimServer:
-    def __init__(self, env_id: str, host: str, port: int, max_episode_steps: int | None = None,
-                 stop_after: int | None = None, log_path: str | None = None):
-        import gymnasium
-
-        import envs.tasks  # noqa: F401  registers the tasks' Gymnasium ids (NeoRL2/DMSD-v0, ...)
-
-        kwargs = {} if max_episode_steps is None else {"max_episode_steps": max_episode_steps}
-        self.env = gymnasium.make(env_id, **kwargs)
-        self.low = self.env.action_space.low.astype(np.float64)
-        self.high = self.env.action_space.high.astype(np.float64)
-        self.obs_dim = int(np.prod(self.env.observation_space.shape))
-        self.act_dim = int(np.prod(self.env.action_space.shape))
+    def __init__(self, stepper, host: str, port: int, stop_after: int | None = None, log_path: str | None = None):
+        self.stepper = stepper
+        self.low, self.high = stepper.action_low, stepper.action_high
+        self.obs_dim, self.act_dim = stepper.obs_dim, stepper.act_dim
         self.stop_after = stop_after
         self.sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_DGRAM)
         self.sock.bind((host, port))
@@ -75,7 +67,11 @@ class SimServer:
             return
         if message.kind == RESET:
             seed = int(message.payload[0]) if len(message.payload) else None
-            obs, _ = self.env.reset(seed=seed)
+            try:
+                obs = self.stepper.reset(seed)
+            except Exception as exc:  # noqa: BLE001 - the robot's failure goes to the controller, the server lives on
+                self.error(f"reset with seed {seed} failed: {' '.join(str(exc).split())}", address)
+                return
             self.step, self.stopped = 0, False
             self.event("reset", seed=seed)
             self.last_reply = self.observation(obs)
@@ -92,9 +88,11 @@ class SimServer:
             if len(message.payload) != self.act_dim:
                 self.error(f"ACTION with {len(message.payload)} values, this robot has {self.act_dim} actuators", address)
                 return
-            # In the action space's dtype, as a controller in this process would pass it.
-            action = np.clip(message.payload, self.low, self.high).astype(self.env.action_space.dtype)
-            obs, reward, terminated, truncated, _ = self.env.step(action)
+            try:
+                obs, reward, terminated, truncated = self.stepper.step(np.clip(message.payload, self.low, self.high))
+            except Exception as exc:  # noqa: BLE001 - as for reset
+                self.error(f"step {self.step} failed: {' '.join(str(exc).split())}", address)
+                return
             self.step += 1
             self.last_reply = self.observation(obs, reward, terminated, truncated)
             if self.stop_after is None or self.step <= self.stop_after:
@@ -121,7 +119,7 @@ class SimServer:
 
     def close(self) -> None:
         self.sock.close()
-        self.env.close()
+        self.stepper.close()
         if self.log is not None:
             self.log.close()
 
@@ -135,24 +133,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--stop-after", type=int, default=None, help="stop answering after N steps of an episode")
     parser.add_argument("--log", default=None, help="append events as JSON lines to this file")
     args = parser.parse_args(argv)
+    from envs.robots.serve import GymStepper, serve_until_stopped
+
     try:
-        server = SimServer(args.env, args.host, args.port, args.max_episode_steps, args.stop_after, args.log)
+        server = SimServer(GymStepper(args.env, args.max_episode_steps), args.host, args.port, args.stop_after, args.log)
     except Exception as exc:  # a bad env id or a port in use: one line, exit 2
         print(f"sim_server: error: {' '.join(str(exc).split())}", file=sys.stderr)
         return 2
-
-    def terminate(signum, frame):
-        raise SystemExit(0)
-
-    signal.signal(signal.SIGTERM, terminate)
-    print(f"listening on {server.address[0]}:{server.address[1]}", flush=True)
-    try:
-        server.serve()
-    except KeyboardInterrupt:
-        pass
-    finally:
-        server.close()
-    return 0
+    return serve_until_stopped(server, f"listening on {server.address[0]}:{server.address[1]}")
 
 
 if __name__ == "__main__":

@@ -98,7 +98,7 @@ def deploy(args: DeployArgs) -> int:
     robot.connect()
     try:
         low, high = check_fit(robot, f"export {runner.export_dir}", runner.obs_dim, runner.act_dim, runner.action_low,
-                              runner.action_high)
+                              runner.action_high, declared=bool(runner.description.get("task_declared")))
     except BaseException:
         robot.disconnect()
         raise

@@ -12,9 +12,11 @@ import numpy as np
 
 from mbrl.datasets import registry, validate
 from mbrl.core.errors import DatasetError
-from mbrl.core.types import OfflineDataset, Transitions
+from mbrl.core.types import OfflineDataset, Transitions, find_spec
 
 METADATA_FILE = "metadata.json"
+# Metadata of a dataset imported from a robot's logs: the absolute path of the robot's declaration (robot.toml).
+DECLARATION_KEY = "mbrl_task_declaration"
 
 
 def minari_root() -> Path:
@@ -120,6 +122,9 @@ def convert(
     actions = validate.as_matrix(source, "actions", columns["actions"])
     rewards = validate.as_vector(source, "rewards", columns["rewards"])
 
+    metadata = dataset.storage.metadata
+    if task_hint[0] is None:
+        task_hint = _declaration_hint(source, metadata, task)
     env_spec = dataset.env_spec
     spec_hint = (validate.task_from_text(env_spec.id), f"the Minari env spec {env_spec.id}") if env_spec else (None, "")
     strong = task_hint if task_hint[0] is not None else spec_hint
@@ -153,7 +158,6 @@ def convert(
         all_obs[~is_last], actions, rewards, all_obs[~is_first], terminations, truncations
     )
 
-    metadata = dataset.storage.metadata
     ref_scores = tuple(_metadata_number(source, metadata, key) for key in ("ref_min_score", "ref_max_score"))
     return validate.finish(
         source=source,
@@ -238,6 +242,22 @@ def _check_episode_lengths(source: str, key: str, found: np.ndarray, expected: n
             f"{source}: key '{key}', episode {bad}: has {found[bad]} rows; expected {expected[bad]} "
             f"({what}, with T = {expected[bad] - (what == 'T+1')} actions)"
         )
+
+
+def _declaration_hint(source: str, metadata: dict, task: str | None) -> tuple[str | None, str]:
+    """The task of an imported dataset: its robot's declaration, read and registered (`find_spec`)."""
+    path = metadata.get(DECLARATION_KEY)
+    if not path:
+        return None, ""
+    if not Path(str(path)).is_file():
+        if task is not None:
+            return None, ""  # a dataset moved to another machine: the user's --task says what it is
+        raise DatasetError(
+            f"{source}: metadata '{DECLARATION_KEY}' names the task declaration {path}, which does not exist; "
+            f"pass --task robot.toml"
+        )
+    spec = find_spec(str(path))
+    return spec.name, f"its task declaration {path}"
 
 
 def _metadata_number(source: str, metadata: dict, key: str) -> float | None:
