@@ -67,6 +67,44 @@ class TransitionLearner(FlatLearner, Protocol):
     def model_reward(self, hypers: Hypers, reward: jax.Array, uncertainty: jax.Array) -> jax.Array: ...
 
 
+class SequenceSettings(Protocol):
+    """What sequence imagination reads of its algorithm's settings."""
+
+    max_episode_steps: int  # a tape row's length: a real prefix and its imagined continuation
+    parallel_size: int  # trajectories per collect
+    tape_capacity: int
+    num_sequences: int  # windows per update
+    sequence_length: int
+    warmup_length: int  # leading steps of a window that only warm the memory
+    threshold_rows: int | None  # dataset rows the uncertainty threshold is measured on (None: all)
+    model_noise: bool  # sample the model's aleatoric noise (else its mean)
+
+
+class SequenceLearner(Algorithm, Protocol):
+    """An algorithm on imagined trajectories after real prefixes ("sequences")."""
+
+    uncertainty: str
+    sequence_settings: SequenceSettings
+
+    def uncertainty_quantile(self, hypers: Hypers) -> jax.Array: ...
+
+
+class OnPolicyLearner(Algorithm, Protocol):
+    """An algorithm on a fresh batch of long rollouts each iteration ("onpolicy")."""
+
+    uncertainty: str
+    head_mode: str  # "per_trajectory": one model head per imagined trajectory; else one per step
+    updates_per_iteration: int  # the updates one batch of rollouts pays for
+
+    def uncertainty_quantile(self, hypers: Hypers) -> jax.Array: ...
+
+    def model_reward(self, hypers: Hypers, reward: jax.Array, uncertainty: jax.Array) -> jax.Array: ...
+
+    def prepare(self, state: Any, rollout: Any, valid: jax.Array, hypers: Hypers) -> tuple[Any, Any, dict]: ...
+
+    def minibatches(self, batch: Any, key: jax.Array) -> Any: ...
+
+
 def as_hypers(values: dict[str, dict[str, float]]) -> Hypers:
     """Plain numbers -> the float32 scalars a training state carries."""
     import jax.numpy as jnp

@@ -60,6 +60,11 @@ class MOPOPPO(PPO):
         super().__init__(ppo, obs_dim, act_dim)
         self.mopo_ppo = mopo_ppo
         self.uncertainty = mopo_ppo.uncertainty
+        self.head_mode = mopo_ppo.head_mode
+
+    def uncertainty_quantile(self, hypers) -> jax.Array:
+        """The quantile of the dataset's uncertainties past which an imagined trajectory stops (traced)."""
+        return hypers["mopo_ppo"]["threshold_quantile"]
 
     def model_reward(self, hypers, reward: jax.Array, uncertainty: jax.Array) -> jax.Array:
         return penalized_reward(reward, uncertainty.astype(jnp.float32), hypers["mopo_ppo"]["penalty_coef"])

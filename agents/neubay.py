@@ -272,6 +272,15 @@ class Neubay:
     def hypers(self) -> dict:
         return {"neubay": {name: jnp.asarray(getattr(self.config, name), jnp.float32) for name in NEUBAY_HYPERS}}
 
+    @property
+    def sequence_settings(self) -> NeubayConfig:
+        """What sequence imagination reads (`mbrl.imagination.SequenceSettings`): its section holds them."""
+        return self.config
+
+    def uncertainty_quantile(self, hypers) -> jax.Array:
+        """The quantile of the dataset's uncertainties past which an imagined trajectory stops (traced)."""
+        return hypers["neubay"]["unc_quantile"]
+
     def _optimizer(self, lr_ratio, decay_steps):
         """AdamW's direction times the cosine schedule's factor; `_step` multiplies in each part's learning
         rate, which is traced data."""

@@ -265,6 +265,7 @@ class PPO:
 
     def __init__(self, config: PPOConfig, obs_dim: int, act_dim: int):
         self.config = config
+        self.updates_per_iteration = config.updates_per_iteration
         self.obs_dim, self.act_dim = obs_dim, act_dim
         self.actor = MLP(config.hidden_sizes, act_dim, config.activation)
         self.critic = MLP(config.hidden_sizes, 1, config.activation)

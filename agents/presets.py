@@ -20,7 +20,6 @@ from typing import Any
 
 from agents import neubay_presets
 
-ALGOS: tuple[str, ...] = ("ravl", "mopo", "bc", "neubay", "mopo-ppo")
 PRESETS: tuple[str, ...] = ("quick", "paper")
 
 # MOPO's published per-dataset (rollout length h, penalty λ): tianheyu927/mopo,
@@ -144,14 +143,20 @@ BASE: dict[tuple[str, str], dict[str, Any]] = {
 BASE.update(neubay_presets.BASE)  # NEUBAY's presets live in agents/neubay_presets.py
 
 
-def per_dataset(algo: str, dataset: str | None) -> dict[str, Any]:
-    """The per-dataset overrides of `algo` for a dataset name such as `hopper-medium` (may be empty)."""
-    if algo == "neubay":
-        return neubay_presets.per_dataset(dataset)
-    if algo != "mopo":
-        return {}
+def mopo_per_dataset(dataset: str | None) -> dict[str, Any]:
+    """MOPO's published (horizon, penalty) for `dataset`, else OfflineRL-Kit's defaults."""
     horizon, penalty = MOPO_HORIZON_PENALTY.get(dataset or "", MOPO_DEFAULT_HORIZON_PENALTY)
     return {"imagination": {"horizon": horizon}, "mopo": {"penalty_coef": penalty}}
+
+
+# The algorithms with per-dataset settings, and the rule that gives them (data: no code path reads a name).
+PER_DATASET: dict[str, Any] = {"mopo": mopo_per_dataset, "neubay": neubay_presets.per_dataset}
+
+
+def per_dataset(algo: str, dataset: str | None) -> dict[str, Any]:
+    """The per-dataset overrides of `algo` for a dataset name such as `hopper-medium` (may be empty)."""
+    rule = PER_DATASET.get(algo)
+    return {} if rule is None else rule(dataset)
 
 
 def preset(algo: str, name: str, dataset: str | None = None) -> dict[str, Any]:

@@ -11,18 +11,22 @@ from collections.abc import Callable
 from typing import Any
 
 from agents.base import Hypers, as_hypers
-from agents.bc import BC, BC_HYPERS
-from agents.mopo import MOPO, MOPO_HYPERS
-from agents.mopo_ppo import MOPO_PPO_HYPERS, MOPOPPO
-from agents.neubay import NEUBAY_HYPERS, Neubay
-from agents.ppo import PPO_HYPERS
+from agents.bc import BC, BC_HYPERS, BCConfig
+from agents.mopo import MOPO, MOPO_HYPERS, MOPOConfig
+from agents.mopo_ppo import MOPO_PPO_HYPERS, MOPOPPO, MOPOPPOConfig
+from agents.neubay import NEUBAY_HYPERS, Neubay, NeubayConfig
+from agents.ppo import PPO_HYPERS, PPOConfig
 from agents.ravl import RAVL
-from agents.sac_n import SAC_HYPERS
+from agents.sac_n import SAC_HYPERS, SACNConfig
 from mbrl.core.errors import ConfigError
 from mbrl.core.replay import real_count
 
 # Sections every run has, whatever the algorithm.
 COMMON_SECTIONS = ("schedule", "logging")
+# The config sections the algorithms define, in the order `mbrl.config.TrainConfig` holds them.
+SECTIONS: dict[str, type] = {"sac": SACNConfig, "mopo": MOPOConfig, "bc": BCConfig, "neubay": NeubayConfig,
+                             "ppo": PPOConfig, "mopo_ppo": MOPOPPOConfig}
+DEFAULT = "ravl"  # what `mbrl train` runs with no --algo
 ALL_IMAGINATION = ("horizon", "rollouts_per_epoch", "retain_epochs", "real_ratio", "per_seed_model")
 
 
@@ -34,6 +38,11 @@ class AlgorithmEntry:
     hyper_fields: dict[str, tuple[str, ...]]  # section -> fields carried as traced data
     # (TrainConfig, obs_dim, act_dim, ObsScale | None) -> an `agents.base.Algorithm`
     make: Callable[[Any, int, int, Any], Any]
+    # (section, field)s whose zero leaves a term out of the compiled program (EDAC's diversity, a BC anchor):
+    # only "zero or not" is static, the value itself is data.
+    zero_is_static: frozenset[tuple[str, str]] = frozenset()
+    # TrainConfig -> the schedule fields, besides updates_per_epoch, that its compiled program reads.
+    compiled_schedule: Callable[[Any], dict[str, Any]] = lambda config: {}
 
     @property
     def uses_model(self) -> bool:
@@ -83,18 +92,28 @@ def _mopo_ppo(config, obs_dim, act_dim, obs_scale):
     return MOPOPPO(config.ppo, config.mopo_ppo, obs_dim, act_dim)
 
 
+def _neubay_schedule(config) -> dict[str, Any]:
+    # Without its own decay length, the learning rate's cosine runs over the run's total updates.
+    return {"epochs": config.schedule.epochs} if config.neubay.lr_decay_steps is None else {}
+
+
+_SAC_ZERO_IS_STATIC = frozenset({("sac", "eta"), ("sac", "actor_bc_coef")})
+
+
 def _real_rows(config) -> int:
     """The leading real rows of every mixed batch (the BC anchor imitates these)."""
     return real_count(config.sac.batch_size, config.imagination.real_ratio)
 
 
 ALGORITHMS: dict[str, AlgorithmEntry] = {
-    "ravl": AlgorithmEntry("ravl", ("sac", "imagination", "ensemble", "fit"), ALL_IMAGINATION, {"sac": SAC_HYPERS}, _ravl),
+    "ravl": AlgorithmEntry("ravl", ("sac", "imagination", "ensemble", "fit"), ALL_IMAGINATION, {"sac": SAC_HYPERS}, _ravl,
+                           zero_is_static=_SAC_ZERO_IS_STATIC),
     "mopo": AlgorithmEntry("mopo", ("sac", "mopo", "imagination", "ensemble", "fit"), ALL_IMAGINATION,
-                           {"sac": SAC_HYPERS, "mopo": MOPO_HYPERS}, _mopo),
+                           {"sac": SAC_HYPERS, "mopo": MOPO_HYPERS}, _mopo, zero_is_static=_SAC_ZERO_IS_STATIC),
     "bc": AlgorithmEntry("bc", ("bc",), (), {"bc": BC_HYPERS}, _bc),
     "neubay": AlgorithmEntry("neubay", ("neubay", "imagination", "ensemble", "fit"), ("per_seed_model",),
-                             {"neubay": NEUBAY_HYPERS}, _neubay),
+                             {"neubay": NEUBAY_HYPERS}, _neubay, zero_is_static=frozenset({("neubay", "actor_bc_coef")}),
+                             compiled_schedule=_neubay_schedule),
     "mopo-ppo": AlgorithmEntry("mopo-ppo", ("ppo", "mopo_ppo", "imagination", "rwm", "rwm_fit"),
                                ("horizon", "rollouts_per_epoch"), {"ppo": PPO_HYPERS, "mopo_ppo": MOPO_PPO_HYPERS},
                                _mopo_ppo),

@@ -28,11 +28,6 @@ from pathlib import Path
 from typing import Annotated, Any
 
 from agents import presets, registry
-from agents.bc import BCConfig
-from agents.mopo import MOPOConfig
-from agents.mopo_ppo import MOPOPPOConfig
-from agents.neubay import NeubayConfig
-from agents.ppo import PPOConfig
 from agents.sac_n import SACNConfig
 from mbrl.core.errors import ConfigError
 from mbrl.core.files import write_text_atomic
@@ -122,8 +117,7 @@ class LoggingConfig:
 TOP_LEVEL = ("algo", "dataset", "task", "preset", "seed", "seeds", "normalize_obs")  # fields of TrainConfig every algorithm reads
 
 
-@dataclasses.dataclass(frozen=True)
-class TrainConfig:
+class _TrainConfigRules:
     """Everything that defines a run. `config.json` in a run directory is this, as JSON.
 
     algo: ravl | mopo | bc | neubay | mopo-ppo.
@@ -141,26 +135,7 @@ class TrainConfig:
     ignored, so it is refused.
     """
 
-    algo: str = "ravl"
-    dataset: str = "hopper-medium"
-    task: str | None = None
-    preset: str = "quick"
-    seed: int = 0
-    seeds: int = 1
-    normalize_obs: bool = False
-    sac: SACNConfig = SACNConfig()
-    mopo: MOPOConfig = MOPOConfig()
-    bc: BCConfig = BCConfig()
-    neubay: NeubayConfig = NeubayConfig()
-    ppo: PPOConfig = PPOConfig()
-    mopo_ppo: MOPOPPOConfig = MOPOPPOConfig()
-    imagination: ImaginationConfig = ImaginationConfig()
-    ensemble: EnsembleConfig = EnsembleConfig()
-    fit: FitConfig = FitConfig()
-    rwm: RecurrentConfig = RecurrentConfig()
-    rwm_fit: RecurrentFitConfig = RecurrentFitConfig()
-    schedule: ScheduleConfig = ScheduleConfig()
-    logging: LoggingConfig = LoggingConfig()
+    # The fields are generated below (`TrainConfig`): the algorithms' sections come from `agents.registry`.
 
     def __post_init__(self):
         entry = registry.entry(self.algo)
@@ -195,6 +170,28 @@ class TrainConfig:
     @property
     def seed_list(self) -> list[int]:
         return list(range(self.seed, self.seed + self.seeds))
+
+
+def _field(name: str, kind, default):
+    return (name, kind, dataclasses.field(default=default))
+
+
+# Everything that defines a run: the top-level fields, the algorithms' own sections (`agents.registry.SECTIONS`,
+# so that a new algorithm's section needs no line here), then the model, imagination and schedule sections.
+TrainConfig = dataclasses.make_dataclass(
+    "TrainConfig",
+    [
+        _field("algo", str, registry.DEFAULT), _field("dataset", str, "hopper-medium"), _field("task", str | None, None),
+        _field("preset", str, "quick"), _field("seed", int, 0), _field("seeds", int, 1), _field("normalize_obs", bool, False),
+        *(_field(name, section, section()) for name, section in registry.SECTIONS.items()),
+        _field("imagination", ImaginationConfig, ImaginationConfig()), _field("ensemble", EnsembleConfig, EnsembleConfig()),
+        _field("fit", FitConfig, FitConfig()), _field("rwm", RecurrentConfig, RecurrentConfig()),
+        _field("rwm_fit", RecurrentFitConfig, RecurrentFitConfig()), _field("schedule", ScheduleConfig, ScheduleConfig()),
+        _field("logging", LoggingConfig, LoggingConfig()),
+    ],
+    bases=(_TrainConfigRules,), frozen=True,
+)
+TrainConfig.__module__, TrainConfig.__doc__ = __name__, _TrainConfigRules.__doc__
 
 
 # The field defaults of TrainConfig's sections (what an algorithm's unread sections must hold).
@@ -387,7 +384,7 @@ def dataset_key(source: str) -> str:
     return "-".join(parts).lower()
 
 
-def build(algo: str = "ravl", dataset: str = "hopper-medium", preset: str = "quick", overrides: dict | None = None) -> TrainConfig:
+def build(algo: str = registry.DEFAULT, dataset: str = "hopper-medium", preset: str = "quick", overrides: dict | None = None) -> TrainConfig:
     """The preset of `algo` for `dataset`, with nested `overrides` on top.
 
     An override that `algo` does not read (a section or imagination field of another algorithm) is refused."""
@@ -426,7 +423,7 @@ def from_dict(data: dict[str, Any], where: str = "config") -> TrainConfig:
     if version != CONFIG_VERSION:
         raise ConfigError(f"{where}: field 'version' is {version!r}; expected {CONFIG_VERSION}")
     try:
-        base = TrainConfig(algo=data.get("algo", "ravl"), preset=data.get("preset", "quick"))
+        base = TrainConfig(algo=data.get("algo", registry.DEFAULT), preset=data.get("preset", "quick"))
         return override(base, _drop_unread_defaults(base.algo, data))
     except ConfigError as exc:
         raise ConfigError(f"{where}: {exc}") from None
@@ -569,6 +566,82 @@ def options_class(name: str, doc: str, extra: list, options: list):
     return cls
 
 
+# Commands with no preset under their options (finetune, deploy, sweep): an option's default is its field's.
+
+
+def field_help(cls, name: str) -> str | None:
+    """The help of field `name` of `cls`: its `name: text` entry in the class docstring."""
+    return _field_help(cls, name)
+
+
+def _option_type(hint):
+    """`hint` as tyro parses it, None kept (`--max-delta None`): a sequence becomes a tuple."""
+    if typing.get_origin(hint) in (typing.Union, types.UnionType):
+        return typing.Union[tuple(_option_type(option) for option in typing.get_args(hint))]
+    return _cli_type(hint)
+
+
+def option_fields(cls, skip: Sequence[str] = (), flat: Sequence[str] = (), defaults=None) -> list:
+    """The fields of `cls` as options with its own types and defaults (`defaults`: an instance whose values are the
+    defaults instead) and help from its docstring; a bool is a --flag/--no-flag pair. A nested dataclass becomes a
+    group, `--safety.max-delta`, or, named in `flat`, `--max-delta`. `from_options` builds `cls` back."""
+    import tyro
+
+    hints = _hints(cls)
+    fields = []
+    for f in dataclasses.fields(cls):
+        if f.name in skip:
+            continue
+        if defaults is not None:
+            default = getattr(defaults, f.name)
+        elif f.default is not dataclasses.MISSING:
+            default = f.default
+        else:
+            default = f.default_factory() if f.default_factory is not dataclasses.MISSING else dataclasses.MISSING
+        arg = tyro.conf.arg(help=_field_help(cls, f.name))
+        if dataclasses.is_dataclass(hints[f.name]):
+            group = options_of(hints[f.name], defaults=default)
+            kind = tyro.conf.OmitArgPrefixes[group] if f.name in flat else group
+            fields.append((f.name, Annotated[kind, arg], dataclasses.field(default_factory=group)))
+        elif default is dataclasses.MISSING:
+            fields.append((f.name, Annotated[_option_type(hints[f.name]), arg]))
+        else:
+            fields.append((f.name, Annotated[_option_type(hints[f.name]), arg], dataclasses.field(default=default)))
+    return fields
+
+
+def options_of(cls, skip: Sequence[str] = (), flat: Sequence[str] = (), defaults=None):
+    """A frozen dataclass of `option_fields(cls, ...)`: a group of options, such as a field of a command's args."""
+    summary = " ".join((cls.__doc__ or "").split("\n\n")[0].split())  # the help's heading of the group
+    return options_class(f"{cls.__name__}Options", summary, [], option_fields(cls, skip, flat, defaults))
+
+
+def from_options(cls, args, **values):
+    """`cls` from the options that `option_fields` made of it (groups built back into their dataclasses), with
+    `values` for the fields that are not options; a field that is neither keeps its default."""
+    hints = _hints(cls)
+    kwargs = {}
+    for f in dataclasses.fields(cls):
+        if f.name in values:
+            kwargs[f.name] = values[f.name]
+        elif hasattr(args, f.name):
+            value = getattr(args, f.name)
+            kwargs[f.name] = from_options(hints[f.name], value) if dataclasses.is_dataclass(hints[f.name]) else value
+    return cls(**kwargs)
+
+
+def changed_options(args, defaults, skip: Sequence[str] = ()) -> list[str]:
+    """The fields of `args` that differ from `defaults` (both of one options class), as flags: `--steps`, and the
+    options of a group one by one (`--max-delta`: the groups of these commands are flat)."""
+    out = []
+    for f in dataclasses.fields(args):
+        value, default = getattr(args, f.name), getattr(defaults, f.name)
+        if f.name in skip or value == default:
+            continue
+        out += changed_options(value, default) if dataclasses.is_dataclass(value) else ["--" + f.name.replace("_", "-")]
+    return out
+
+
 def given_options(args) -> dict[str, Any]:
     """The options that were given, as nested dicts (the command's own fields and options left at None dropped)."""
 
@@ -625,7 +698,7 @@ def resolve(args) -> TrainConfig:
         base.pop("version", None)
         refuse_unread_options(given.get("algo", base["algo"]), given)
         return from_dict(merge_overrides(base, given), str(args.config))
-    algo = given.pop("algo", "ravl")
+    algo = given.pop("algo", registry.DEFAULT)
     dataset = given.pop("dataset", "hopper-medium")
     preset = given.pop("preset", "quick")
     refuse_unread_options(algo, given)

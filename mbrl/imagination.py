@@ -41,6 +41,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import struct
 
+from agents.base import SequenceSettings
 from mbrl.core import replay, sequence_replay
 from mbrl.core.replay import ReplayBuffer
 from mbrl.core.sequence_replay import Tape
@@ -224,7 +225,8 @@ def quantile_of_sorted(sorted_values: jax.Array, quantile) -> jax.Array:
 
 
 class SequenceImagination:
-    """Long imagined trajectories after real prefixes, on a tape; a collect earns ceil(utd · stored)."""
+    """Long imagined trajectories after real prefixes, on a tape; a collect earns ceil(utd · stored). Its
+    algorithm is an `agents.base.SequenceLearner`."""
 
     uses_model = True
     retains_store = True
@@ -234,16 +236,16 @@ class SequenceImagination:
         from world_models.rollout import RolloutConfig
 
         self.agent = agent
-        self.neubay = config.neubay
+        self.settings: SequenceSettings = agent.sequence_settings
         self.per_seed_model = config.imagination.per_seed_model
         self.obs_dim, self.act_dim = agent.obs_dim, agent.act_dim
         self.rollout_config = RolloutConfig(member_mode="per_trajectory", member_pool="elites", uncertainty="epistemic_std",
-                                            deterministic=not config.neubay.model_noise)
+                                            deterministic=not self.settings.model_noise)
         self._aux_cache: tuple[Any, Any, Any] | None = None
 
     def real_data(self, dataset) -> Tape:
         """The dataset's episodes as a tape (episodes cut at max_episode_steps, as neubay's histories)."""
-        return sequence_replay.from_episodes(dataset.transitions, dataset.episode_starts, self.neubay.max_episode_steps)
+        return sequence_replay.from_episodes(dataset.transitions, dataset.episode_starts, self.settings.max_episode_steps)
 
     def prepare(self, world_model, real: Tape) -> jax.Array:
         """The sorted epistemic_std of the posterior members over the dataset's (obs, action) pairs (per
@@ -258,7 +260,7 @@ class SequenceImagination:
         steps = np.arange(real.max_len + 1)[None, :] < lengths[:, None]
         obs = np.asarray(real.obs)[: int(real.size)][steps]
         actions = np.asarray(real.action)[: int(real.size)][steps]
-        rows = self.neubay.threshold_rows
+        rows = self.settings.threshold_rows
         if rows is not None and rows < len(obs):
             pick = np.random.default_rng(0).choice(len(obs), rows, replace=False)
             obs, actions = obs[pick], actions[pick]
@@ -275,7 +277,7 @@ class SequenceImagination:
         return value
 
     def empty(self) -> Tape:
-        cfg = self.neubay
+        cfg = self.settings
         return sequence_replay.empty(cfg.tape_capacity, cfg.max_episode_steps, self.obs_dim, self.act_dim)
 
     def initial_counters(self) -> SequenceCounters:
@@ -285,7 +287,7 @@ class SequenceImagination:
         """Imagine `parallel_size` trajectories from real prefixes and insert them into the tape."""
         from world_models.rollout import warm_up
 
-        cfg = self.neubay
+        cfg = self.settings
         model = posterior_members(world_model)
         threshold = self.threshold(sorted_u, hypers)
         batch, horizon = cfg.parallel_size, cfg.max_episode_steps
@@ -345,7 +347,7 @@ class SequenceImagination:
                    if field.name != "length_histogram"}
         metrics["imagined_length_mean_epoch"] = jnp.where(
             collects > 0, collect_means["imagined_length_mean"], last.imagined_length_mean)
-        width = self.neubay.max_episode_steps // HISTOGRAM_BINS
+        width = self.settings.max_episode_steps // HISTOGRAM_BINS
         for i in range(HISTOGRAM_BINS):
             metrics[f"imagined_length_hist_{i * width:04d}_{(i + 1) * width:04d}"] = last.length_histogram[i]
         metrics.update(
@@ -358,10 +360,10 @@ class SequenceImagination:
         return metrics
 
     def threshold(self, sorted_u, hypers):
-        return quantile_of_sorted(sorted_u, hypers["neubay"]["unc_quantile"])
+        return quantile_of_sorted(sorted_u, self.agent.uncertainty_quantile(hypers))
 
     def sample(self, real: Tape, tape: Tape, key, count: int) -> sequence_replay.SequenceBatch:
-        cfg = self.neubay
+        cfg = self.settings
         keys = jax.random.split(key, count)
         return jax.vmap(lambda k: sequence_replay.sample(tape, k, cfg.num_sequences, cfg.sequence_length,
                                                          cfg.warmup_length))(keys)
@@ -410,7 +412,8 @@ class RealSteps:
 
 
 class OnPolicyImagination:
-    """Fresh imagined trajectories every iteration, used once (MOPO-PPO; Li et al. 2025, RWM-U).
+    """Fresh imagined trajectories every iteration, used once (MOPO-PPO; Li et al. 2025, RWM-U); its algorithm
+    is an `agents.base.OnPolicyLearner`.
 
     A collect draws `rollouts_per_epoch` dataset steps s whose episode has a history of the model's length L
     up to s (all steps for a Markov model), warms the model up on steps s-L+1..s, and imagines `horizon` steps
@@ -430,8 +433,8 @@ class OnPolicyImagination:
         self.agent = agent
         self.horizon = config.imagination.horizon
         self.envs = config.imagination.rollouts_per_epoch
-        self.fixed_credit = agent.config.updates_per_iteration
-        member_mode = "per_trajectory" if config.mopo_ppo.head_mode == "per_trajectory" else "per_sample"
+        self.fixed_credit = agent.updates_per_iteration
+        member_mode = "per_trajectory" if agent.head_mode == "per_trajectory" else "per_sample"
         self.rollout_config = RolloutConfig(member_mode=member_mode, member_pool="elites",
                                             uncertainty=agent.uncertainty)
         self._aux_cache: tuple[Any, Any, Any] | None = None
@@ -491,7 +494,7 @@ class OnPolicyImagination:
         history = world_model.history
         picked = ends[jax.random.randint(pick_key, (self.envs,), 0, ends.shape[0])]
         carry = self._warm_up(world_model, real, picked, history, last=history)
-        threshold = quantile_of_sorted(sorted_u, hypers["mopo_ppo"]["threshold_quantile"])
+        threshold = quantile_of_sorted(sorted_u, self.agent.uncertainty_quantile(hypers))
         imagined = rollout(rollout_key, world_model, ExploringPolicy(self.agent), self.agent.actor_params(agent_state),
                            real.next_obs[picked], self.horizon, self.rollout_config, model_carry=carry,
                            threshold=threshold)

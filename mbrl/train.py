@@ -68,15 +68,11 @@ class TrainState:
     epoch: jax.Array  # () int32, epochs done
 
 
-# Fields whose zero leaves a term out of the program (EDAC's diversity, the BC anchor): only "zero or not"
-# is static, the value itself is data.
-_ZERO_IS_STATIC = {("sac", "eta"), ("sac", "actor_bc_coef"), ("neubay", "actor_bc_coef")}
-
-
 def compile_key(config: TrainConfig) -> TrainConfig:
     """The part of a config that the compiled programs depend on: the algorithm's sections with their
-    traced hyperparameters set to canonical values, and the updates per epoch (seeds, dataset, epochs,
-    evaluation and logging do not matter; NEUBAY's cosine schedule also reads the run's total updates)."""
+    traced hyperparameters set to canonical values (`zero_is_static`: zero or not), and the updates per epoch
+    with the schedule fields the algorithm's program reads (`compiled_schedule`); seeds, dataset, evaluation and
+    logging do not matter."""
     entry = registry.entry(config.algo)
     sections = {}
     for name in entry.sections:
@@ -87,14 +83,13 @@ def compile_key(config: TrainConfig) -> TrainConfig:
         canonical = {}
         for field in entry.hyper_fields.get(name, ()):
             value = getattr(section, field)
-            if (name, field) in _ZERO_IS_STATIC:
+            if (name, field) in entry.zero_is_static:
                 canonical[field] = 0.0 if value == 0 else (getattr(defaults, field) or 1.0)
             else:
                 canonical[field] = getattr(defaults, field)
         sections[name] = dataclasses.replace(section, **canonical)
-    schedule = type(config.schedule)(updates_per_epoch=config.schedule.updates_per_epoch)
-    if config.algo == "neubay" and config.neubay.lr_decay_steps is None:
-        schedule = dataclasses.replace(schedule, epochs=config.schedule.epochs)
+    schedule = type(config.schedule)(updates_per_epoch=config.schedule.updates_per_epoch,
+                                     **entry.compiled_schedule(config))
     return TrainConfig(algo=config.algo, preset=config.preset, schedule=schedule, **sections)
 
 

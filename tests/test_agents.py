@@ -154,7 +154,7 @@ def test_presets_follow_the_published_configs():
     ravl_quick = config_io.build("ravl", "hopper-medium", "quick")
     assert (ravl.sac.update_order, ravl.sac.init, ravl.sac.logp_epsilon) == reference
     assert (ravl_quick.sac.update_order, ravl_quick.sac.init, ravl_quick.sac.logp_epsilon) == ("critic_actor_alpha", "flax", 0.0)
-    for algo in presets.ALGOS:
+    for algo in registry.ALGORITHMS:
         for name in presets.PRESETS:
             config = config_io.build(algo, "hopper-medium", name)
             assert config_io.from_dict(config_io.to_dict(config)) == config  # config.json round trip

@@ -91,3 +91,32 @@ def test_the_import_walk_sees_local_relative_and_dynamic_imports():
     assert found == ["agents.sac_n.SACN", "importlib", "mbrl.train", "world_models.rollout"]
     assert [t for _, t in imports_in("from . import types\n", "mbrl.core", is_package=True)] == ["mbrl.core.types"]
     assert [t for _, t in imports_in("from .. import core\n", "mbrl.datasets.d4rl")] == ["mbrl.core"]
+
+
+def algorithm_names_in(text: str, names: set[str]) -> list[tuple[int, str]]:
+    """Where `text` names one of `names`: a string, a variable, an attribute or a keyword argument."""
+    found = []
+    for node in ast.walk(ast.parse(text)):
+        if isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value in names:
+            found.append((node.lineno, repr(node.value)))
+        elif isinstance(node, ast.Attribute) and node.attr in names:
+            found.append((node.lineno, f".{node.attr}"))
+        elif isinstance(node, ast.Name) and node.id in names:
+            found.append((node.lineno, node.id))
+        elif isinstance(node, ast.keyword) and node.arg in names:
+            found.append((node.lineno, f"{node.arg}="))
+    return found
+
+
+def test_no_algorithm_is_named_in_mbrl():
+    """An algorithm is one registry entry: the training program, the config, imagination and the commands reach
+    it through `agents.registry`, never by its name or its section's (`config.neubay`, `algo == "mopo"`)."""
+    from agents import registry
+
+    names = set(registry.ALGORITHMS) | {name.replace("-", "_") for name in registry.ALGORITHMS}
+    found = [f"{path.relative_to(ROOT)}:{line}: {what}" for path in sorted((ROOT / "mbrl").rglob("*.py"))
+             for line, what in algorithm_names_in(path.read_text(), names)]
+    assert not found, "\n".join(found)
+    # The walk sees each way of naming one.
+    probe = 'if config.algo == "mopo": x = config.neubay.utd; f(mopo_ppo=1); neubay = 2'
+    assert sorted(what for _, what in algorithm_names_in(probe, names)) == ["'mopo'", ".neubay", "mopo_ppo=", "neubay"]
