@@ -22,7 +22,7 @@ from mbrl.core.errors import ConfigError
 from mbrl.core.replay import real_count
 
 # Sections every run has, whatever the algorithm.
-COMMON_SECTIONS = ("schedule", "logging")
+COMMON_SECTIONS = ("schedule", "select", "logging")
 # The config sections the algorithms define, in the order `mbrl.config.TrainConfig` holds them.
 SECTIONS: dict[str, type] = {"sac": SACNConfig, "mopo": MOPOConfig, "bc": BCConfig, "neubay": NeubayConfig,
                              "ppo": PPOConfig, "mopo_ppo": MOPOPPOConfig}

@@ -3,7 +3,7 @@
 The state is any pytree of arrays (agent, buffers, RNG keys, step; with a leading seed axis when
 seeds are vmapped). The record names what is not an array: the epoch, the updates done and where the
 world model lives. orbax writes each step into a temporary directory and renames it into place, so a
-checkpoint is either complete or absent; the newest `max_to_keep` are kept.
+checkpoint is either complete or absent; the newest `max_to_keep` are kept (None: all).
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from mbrl.core.errors import UserError
 class Checkpointer:
     """Save and restore `(state, record)` pairs under `directory/<epoch>/`."""
 
-    def __init__(self, directory: str | Path, max_to_keep: int = 2):
+    def __init__(self, directory: str | Path, max_to_keep: int | None = 2):
         import orbax.checkpoint as ocp
 
         self.directory = Path(directory).absolute()
@@ -38,6 +38,9 @@ class Checkpointer:
         args = ocp.args.Composite(state=ocp.args.StandardSave(state), record=ocp.args.JsonSave(record))
         self._manager.save(epoch, args=args, force=True)
         self._manager.wait_until_finished()
+
+    def all_epochs(self) -> list[int]:
+        return sorted(int(step) for step in self._manager.all_steps())
 
     def latest_epoch(self) -> int | None:
         return self._manager.latest_step()

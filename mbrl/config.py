@@ -102,6 +102,28 @@ class ScheduleConfig:
 
 
 @dataclasses.dataclass(frozen=True)
+class SelectConfig:
+    """Which checkpoint `mbrl export` takes.
+
+    by: last (the latest checkpoint) | fqe (per training seed, the checkpoint whose FQE estimate is best, by the low
+        end of its interval: every checkpoint is kept and judged from the data after training; Markov policies).
+    fqe_steps: FQE's most gradient steps per checkpoint and training seed.
+    holdout: the fraction of episodes FQE's fit is checked on (a NeoRL-2 -val file instead, where there is one).
+    """
+
+    by: str = "last"
+    fqe_steps: int = 20_000
+    holdout: float = 0.1
+
+    def __post_init__(self):
+        if self.by not in ("last", "fqe"):
+            raise ConfigError(f"select.by: expected last or fqe, found {self.by!r}")
+        _positive("select.fqe_steps", self.fqe_steps)
+        if not 0.0 < self.holdout < 1.0:
+            raise ConfigError(f"select.holdout: expected a fraction in (0, 1), found {self.holdout}")
+
+
+@dataclasses.dataclass(frozen=True)
 class LoggingConfig:
     """Where metrics go besides `metrics.jsonl`: the terminal (progress bar) and optional trackers.
 
@@ -187,7 +209,7 @@ TrainConfig = dataclasses.make_dataclass(
         _field("imagination", ImaginationConfig, ImaginationConfig()), _field("ensemble", EnsembleConfig, EnsembleConfig()),
         _field("fit", FitConfig, FitConfig()), _field("rwm", RecurrentConfig, RecurrentConfig()),
         _field("rwm_fit", RecurrentFitConfig, RecurrentFitConfig()), _field("schedule", ScheduleConfig, ScheduleConfig()),
-        _field("logging", LoggingConfig, LoggingConfig()),
+        _field("select", SelectConfig, SelectConfig()), _field("logging", LoggingConfig, LoggingConfig()),
     ],
     bases=(_TrainConfigRules,), frozen=True,
 )

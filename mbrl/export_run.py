@@ -49,7 +49,9 @@ def load_policy_from_run(run_dir: str | Path, seed_index: int = 0) -> PolicySpec
     run_dir = Path(run_dir).absolute()
     if not run_dir.is_dir():
         raise ExportError(f"{run_dir}: no such run directory; expected a directory written by `mbrl train`")
-    run = load_run(run_dir)
+    from mbrl.selection import selected_epoch
+
+    run = load_run(run_dir, epoch=selected_epoch(run_dir, seed_index))  # the latest, unless a choice was made
     record = run.record
     metadata = {"algo": run.config.algo, "train_seed": run.seeds[seed_index], "epoch": int(record.get("epoch", 0)),
                 "updates": int(record.get("updates", 0)), "run_dir": str(run_dir)}

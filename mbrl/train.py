@@ -576,6 +576,8 @@ def run(
     # The dataset and its task first: a bad file or declaration leaves no run directory behind.
     dataset = dataset if dataset is not None else datasets.load(config.dataset, task=config.task)
     task = find_task(dataset.info.task)
+    if config.select.by == "fqe" and registry.make(config, dataset.info.obs_dim, dataset.info.act_dim).recurrent:
+        raise ConfigError(f"select.by fqe: {config.algo}'s policy is recurrent; FQE judges Markov policies so far")
     if not resume:
         run_dir.mkdir(parents=True, exist_ok=True)
         config_io.save(config, run_dir / "config.json")
@@ -601,7 +603,8 @@ def run(
     real = trainer.real_data(dataset)
     world_model = world_models_for(config, dataset, task, model_paths, progress) if trainer.uses_model else None
 
-    checkpointer = Checkpointer(run_dir / "checkpoints")
+    # Choosing a checkpoint after training needs them all.
+    checkpointer = Checkpointer(run_dir / "checkpoints", max_to_keep=None if config.select.by == "fqe" else 2)
     start_epoch = 0
     if loaded is not None and loaded.state is not None:
         state, start_epoch = loaded.state, int(loaded.record["epoch"])
@@ -656,10 +659,15 @@ def run(
         try:
             state, epochs_done = train_epochs(trainer, config.schedule, state, real, world_model, start_epoch=start_epoch,
                                               evaluate=evaluate, checkpoint=checkpoint, on_epoch=report, stop=stop)
+            interrupted = stop.signum
+            if config.select.by == "fqe" and not interrupted and epochs_done == config.schedule.epochs:
+                from mbrl.selection import select_by_fqe, write_selection
+
+                like = jax.eval_shape(trainer.initial_state, seeds, [hypers_of(config)] * len(seeds))
+                write_selection(run_dir, select_by_fqe(trainer, checkpointer, like, dataset, config, progress=progress))
         finally:
             logger.close()
             checkpointer.close()
-        interrupted = stop.signum
 
     records = read_metrics(run_dir / METRICS_FILE)
     plot_learning_curve(records, run_dir / "learning_curve.png", title)
@@ -695,8 +703,9 @@ class LoadedRun:
         return jax.tree.map(lambda x: np.asarray(x[member]), self.trainer.agent.actor_params(self.state.agent))
 
 
-def load_run(run_dir: str | Path, *, require_checkpoint: bool = True) -> LoadedRun:
-    """The config, facts, trainer and latest checkpoint of a run directory written by `mbrl train`."""
+def load_run(run_dir: str | Path, *, require_checkpoint: bool = True, epoch: int | None = None) -> LoadedRun:
+    """The config, facts, trainer and latest checkpoint (or the one of `epoch`) of a run directory written by
+    `mbrl train`."""
     from mbrl import config as config_io
     from mbrl.checkpoint import Checkpointer
 
@@ -718,7 +727,7 @@ def load_run(run_dir: str | Path, *, require_checkpoint: bool = True) -> LoadedR
                 raise ConfigError(f"{run_dir / 'checkpoints'}: no checkpoint; train the run for at least one checkpoint first")
             return LoadedRun(run_dir, config, facts, trainer, seeds, None, None)
         like = jax.eval_shape(trainer.initial_state, seeds, [hypers_of(config)] * len(seeds))
-        state, record = checkpointer.restore(like)
+        state, record = checkpointer.restore(like, epoch)
     finally:
         checkpointer.close()
     return LoadedRun(run_dir, config, facts, trainer, seeds, state, record)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
@@ -129,3 +130,31 @@ def test_ope_bad_input_gets_one_line_and_exit_2(bc_run, hopper_tiny_path, tmp_pa
         assert len(err.splitlines()) == 1 and expected in err, err
     assert main(["ope", str(tmp_path), "--dataset", str(hopper_tiny_path)]) == 2
     assert "neither a run directory" in capsys.readouterr().err
+
+
+def test_select_checkpoint_fqe_exports_the_checkpoint_fqe_prefers(hopper_tiny_path, bc_run, tmp_path, capsys):
+    from mbrl import config as config_io
+    from mbrl.export_run import load_policy_from_run
+    from mbrl.train import load_run, run
+
+    assert not (bc_run / "selected.json").exists()  # the default: the last checkpoint, nothing chosen
+    config = config_io.build("bc", str(hopper_tiny_path), "quick", {
+        "bc": {"hidden_sizes": [32, 32], "batch_size": 32},
+        "schedule": {"epochs": 3, "updates_per_epoch": 30, "eval_every": 1, "eval_episodes": 1},
+        "select": {"by": "fqe", "fqe_steps": 400, "holdout": 0.3}, "logging": {"progress": False}})
+    run_dir = run(config, tmp_path / "bc").run_dir
+    selection = json.loads((run_dir / "selected.json").read_text())
+    assert [c["epoch"] for c in selection["candidates"]] == [1, 2, 3]  # every checkpoint kept and judged
+    best = max(selection["candidates"], key=lambda c: c["fqe_low"][0])["epoch"]
+    assert selection["epochs"] == [best]
+    spec = load_policy_from_run(run_dir)
+    assert spec.metadata["epoch"] == best
+    chosen = load_run(run_dir, epoch=best)
+    np.testing.assert_array_equal(jax.tree.leaves(spec.params)[0], jax.tree.leaves(chosen.actor_params(0))[0])
+
+    capsys.readouterr()
+    assert main(["train", "--algo", "neubay", "--dataset", str(hopper_tiny_path), "--select.by", "fqe",
+                 "--run-dir", str(tmp_path / "neubay"), "--logging.progress", "False"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "policy is recurrent" in err, err
+    assert not (tmp_path / "neubay").exists()

@@ -91,6 +91,12 @@ def print_summary(result) -> None:
         # No simulator and no world model to imagine in (BC on a robot's logs): say how to judge it instead.
         table.add_row("estimate", f"none: no simulator, and {config.algo} fits no world model; "
                                   f"mbrl ope {result.run_dir} --dataset {config.dataset} estimates it (FQE)")
+    selected = result.run_dir / "selected.json"
+    if selected.is_file():
+        import json
+
+        chosen = json.loads(selected.read_text())["epochs"]
+        table.add_row("checkpoint to export", f"epoch {', '.join(map(str, chosen))} (per seed, by FQE's estimate)")
     if result.dataset_score is not None:
         table.add_row("dataset's mean normalized score", f"{result.dataset_score:.1f}")
     table.add_row("wall time", f"{result.seconds / 60:.1f} min")
