@@ -5,7 +5,8 @@ file (`--config FILE`, the `config.json` of an earlier run), then the options gi
 The options of `mbrl train` are generated from these dataclasses (`TrainArgs`): every field of every
 component becomes an option such as `--sac.num-critics 5` or `--schedule.epochs 10`, whose absence
 means "keep the preset's value". `mbrl model fit` gets its `--ensemble.*` and `--fit.*` options from the
-same mechanism (`options_class`).
+same mechanism (`options_class`). `mbrl finetune`, `mbrl sweep` and `mbrl deploy`, which have no preset, take
+theirs from their own config classes with the classes' defaults (`option_fields`).
 
 Each algorithm reads only some sections (`agents.registry`), and `config.json` holds only those: an
 option of a section it does not read (given on the command line, to `build`, or with a non-default value

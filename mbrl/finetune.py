@@ -34,6 +34,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from envs.robots.safety import SafetyConfig
 from mbrl.core.errors import ConfigError
 from mbrl.core.files import write_text_atomic
 
@@ -44,7 +45,34 @@ FIELDS = ("obs", "action", "reward", "next_obs", "terminal", "timeout")
 
 @dataclasses.dataclass(frozen=True)
 class FinetuneConfig:
-    run: str  # the offline run directory (`mbrl train`)
+    """A fine-tuning run: `finetune.json` in its directory is this, as JSON. The options of `mbrl finetune` are
+    generated from these fields (`mbrl.config.option_fields`), whose entries here are their help.
+
+    run: a run directory written by `mbrl train` with a SAC-N agent (ravl, mopo).
+    robot: mujoco:ENV_ID | udp://HOST:PORT | ros2:PREFIX (with --resume: the robot at a new address).
+    steps: online env steps in all, the warm-up's included.
+    warmup: steps of the frozen offline policy (uniform random actions with --scratch) before the first update.
+    utd: updates per new env step once the warm-up is over.
+    retain_offline_ratio: share of every batch drawn from the run's offline dataset (WSRL keeps none).
+    scratch: SAC from scratch: fresh networks of the run's shapes instead of its trained ones (a baseline).
+    seed: seed of the fine-tuning: its sampling, its updates and its episodes' resets.
+    seed_index: which of the run's training seeds to fine-tune.
+    update_every: env steps between update chunks (utd x this many updates each); the policy is fixed in between.
+    eval_every: env steps between metrics records (and evaluations in simulation when the run's task is known).
+    eval_episodes: episodes of each evaluation of the deterministic policy in simulation (0: none).
+    eval_seed: evaluation episode i resets with eval_seed + i, the same episodes at every evaluation.
+    checkpoint_every: env steps between checkpoints (default: --eval-every).
+    anchor: weight of a BC anchor to the warm-start policy's actions online (default: the offline run's
+        sac.actor_bc_coef, 0 with --scratch; 0: none, plain WSRL).
+    anchor_final: the anchor's weight at the run's end, reached linearly from --anchor over the online phase
+        (default: constant).
+    rate: control rate in Hz; 0 runs unpaced, as fast as the robot answers.
+    safety: the safety layer between the policy and the robot (`envs.robots.safety`).
+    obs_timeout: udp/ros2: seconds to wait for a new observation each tick.
+    ros2_backend: ros2: `dds` (cyclonedds, the `ros2` extra) or `rclpy` (a ROS 2 installation).
+    """
+
+    run: str
     robot: str
     steps: int = 30_000
     warmup: int = 5_000
@@ -61,9 +89,7 @@ class FinetuneConfig:
     anchor: float | None = None
     anchor_final: float | None = None
     rate: float = 0.0
-    max_delta: float | None = 0.5
-    max_stale_ticks: int = 2
-    max_obs_age: float | None = None
+    safety: SafetyConfig = SafetyConfig()
     obs_timeout: float = 1.0
     ros2_backend: str = "dds"
 
@@ -208,7 +234,7 @@ def run(config: FinetuneConfig | None, run_dir: str | Path, *, resume: bool = Fa
     from envs.lockstep import markov
     from envs.robots.connect import check_fit
     from envs.robots.loop import ControlLoop, EpisodeProgress
-    from envs.robots.safety import SafetyConfig, SafetyLayer
+    from envs.robots.safety import SafetyLayer
     from envs.tasks import get_task
     from mbrl import datasets
     from mbrl.checkpoint import Checkpointer
@@ -272,8 +298,7 @@ def run(config: FinetuneConfig | None, run_dir: str | Path, *, resume: bool = Fa
                           uniform=config.scratch and steps < config.warmup)
     policy.calls = saved["policy_calls"] if saved else 0
     deterministic = make_policy(sac.core, deterministic=True)
-    safety = SafetyLayer(low, high, SafetyConfig(max_delta=config.max_delta, max_stale_ticks=config.max_stale_ticks,
-                                                 max_obs_age_s=config.max_obs_age))
+    safety = SafetyLayer(low, high, config.safety)
     loop = ControlLoop(robot, policy, safety, config.rate or None, run_dir / TICKS_FILE, append_log=resume)
     logger = RunLogger(run_dir)
     interrupted: list[str | None] = [None]
@@ -433,12 +458,22 @@ def _export(source, actor_params, run_dir: Path, config: FinetuneConfig, steps: 
     return export_policy(run_policy_spec(source, params, run_dir.name, metadata), run_dir / "export")
 
 
+# The safety layer's limits that a finetune.json written before its `safety` section held at the top level.
+_FLAT_SAFETY = ("max_delta", "max_stale_ticks", "max_obs_age")
+
+
 def _read_config(run_dir: Path) -> FinetuneConfig:
+    from mbrl.config import override
+
     path = run_dir / CONFIG_FILE
     if not path.is_file():
         raise ConfigError(f"{run_dir}: not a fine-tuning run (no {CONFIG_FILE}); expected a directory written by `mbrl finetune`")
     try:
         data = json.loads(path.read_text())
-        return FinetuneConfig(**data)
-    except (json.JSONDecodeError, TypeError) as exc:
+        if not isinstance(data, dict):
+            raise TypeError(f"expected a JSON object, found {type(data).__name__}")
+        flat = {name: data.pop(name) for name in _FLAT_SAFETY if name in data}
+        safety = override(SafetyConfig(), {**flat, **data.pop("safety", {})}, "safety")
+        return FinetuneConfig(**data, safety=safety)
+    except (json.JSONDecodeError, TypeError, ConfigError) as exc:
         raise ConfigError(f"{path}: not a fine-tuning configuration ({exc})") from None

@@ -49,10 +49,10 @@ def all_sections(config) -> dict:
     "argv, message",
     [
         (["--algo", "bc", "--sac.num-critics", "5"],
-         "--sac.num-critics: not read by algorithm bc, which reads --bc.*, --schedule.*, --logging.*"),
+         "--sac.num-critics: not read by algorithm bc, which reads --bc.*, --schedule.*, --select.*, --logging.*"),
         (["--algo", "neubay", "--imagination.horizon", "3"],
          "--imagination.horizon: not read by algorithm neubay, which reads --neubay.*, --imagination.per-seed-model, "
-         "--ensemble.*, --fit.*, --schedule.*, --logging.*"),
+         "--ensemble.*, --fit.*, --schedule.*, --select.*, --logging.*"),
         (["--algo", "bc", "--ensemble.num-members", "3", "--fit.max-epochs", "2"],
          "--ensemble.num-members, --fit.max-epochs: not read by algorithm bc"),
         (["--algo", "ravl", "--mopo.penalty-coef", "2"], "--mopo.penalty-coef: not read by algorithm ravl"),
@@ -104,7 +104,7 @@ def test_a_config_file_setting_what_the_algorithm_does_not_read_is_refused(tmp_p
     with pytest.raises(ConfigError) as info:
         config_io.load(path)
     assert str(info.value) == (f"{path}: sac.num_critics, imagination.horizon: not read by algorithm bc, "
-                               "which reads bc.*, schedule.*, logging.*")
+                               "which reads bc.*, schedule.*, select.*, logging.*")
     assert main(["train", "--config", str(path)]) == 2
     assert one_line_error(capsys) == f"mbrl: error: {info.value}"
 

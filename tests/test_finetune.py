@@ -145,6 +145,10 @@ def test_kill_9_then_resume_gives_the_uninterrupted_runs_metrics(offline_run, un
     _, err = process.communicate()
     assert process.returncode == -signal.SIGKILL, err
     assert _checkpoint_steps(killed)[-1] < 200
+    # As a run directory of an older version: the safety layer's limits flat in finetune.json.
+    saved = json.loads((killed / "finetune.json").read_text())
+    (killed / "finetune.json").write_text(json.dumps({**{k: v for k, v in saved.items() if k != "safety"},
+                                                      **{k: v for k, v in saved["safety"].items() if k != "safe_action"}}))
     resumed = _mbrl("finetune", "--resume", str(killed), "--no-progress")
     out, err = resumed.communicate(timeout=300)
     assert resumed.returncode == 0, err
@@ -223,6 +227,7 @@ def test_finetune_errors_print_one_line_and_exit_2(offline_run, tmp_path, capsys
         (["finetune", str(offline_run), "--robot", "mujoco:Hopper-v5", "--steps", "120"], "multiple of --update-every"),
         (["finetune", str(offline_run), "--robot", "mujoco:Hopper-v5", "--retain-offline-ratio", "1.5"], "[0, 1]"),
         (["finetune", "--resume", str(offline_run), "--utd", "8"], "drop --utd"),
+        (["finetune", "--resume", str(offline_run), "--max-delta", "0.1"], "drop --max-delta"),
         (["finetune", "--resume", str(tmp_path)], "not a fine-tuning run"),
     ]
     for argv, expected in cases:

@@ -21,7 +21,17 @@ ROS2_BACKENDS = ("dds", "rclpy")
 
 @dataclasses.dataclass(frozen=True)
 class SimOptions:
-    """The imperfections and time limit of a simulated (mujoco:) robot; refused for any other robot."""
+    """The imperfections and time limit of a simulated (mujoco:) robot; refused for any other robot.
+
+    max_episode_steps: mujoco: the env's time limit (default: the env's own).
+    obs_latency: mujoco: the policy sees the observation of this many steps ago.
+    obs_noise: mujoco: standard deviation of Gaussian noise added to observations.
+    action_delay: mujoco: a command takes effect this many steps after it was sent.
+    noise_seed: the seed of the observation noise (deploy's and finetune's --seed).
+
+    `mbrl deploy` generates its options from these fields (`mbrl.config.option_fields`), with the entries above
+    as their help.
+    """
 
     max_episode_steps: int | None = None
     obs_latency: int = 0

@@ -2,7 +2,7 @@
 
 Per tick, in this order:
 1. the observation: NaN/Inf values -> hold the last safe action (event `nonfinite_obs`); a stale
-   observation (no new measurement, or older than `max_obs_age_s`) -> hold (event `stale_obs`); after
+   observation (no new measurement, or older than `max_obs_age`) -> hold (event `stale_obs`); after
    `max_stale_ticks` stale ticks in a row the watchdog asks for a safe stop (event `watchdog`).
 2. the action: NaN/Inf -> the last safe action (event `nonfinite_action`); clip to the robot's bounds
    (event `clipped`); limit the change from the last sent action to `max_delta` (event `rate_limited`).
@@ -24,16 +24,23 @@ from mbrl.core.errors import ConfigError
 
 @dataclasses.dataclass(frozen=True)
 class SafetyConfig:
-    """max_delta: the largest |a_t - a_{t-1}| per tick per joint, as a fraction of (high - low); None: no limit.
-    max_stale_ticks: stale ticks in a row that trigger the watchdog's safe stop.
-    max_obs_age_s: an observation older than this (seconds since it was measured) counts as stale; None: only
-        a seq that does not advance counts (unpaced runs, where wall-clock ages mean nothing).
+    """The safety layer between the policy and the robot: its limits.
+
+    max_delta: the largest change of a command per tick per joint, |a_t - a_{t-1}|, as a fraction of the action
+        range (high - low); None: no rate limit.
+    max_stale_ticks: ticks in a row without a new observation before the watchdog stops the robot safely.
+    max_obs_age: seconds after which an observation counts as stale even if it is new to the controller (since it
+        was measured); None: off, only an observation that does not advance counts (unpaced runs, where
+        wall-clock ages mean nothing).
     safe_action: the command at rest, in the robot's units; None: zeros moved into the bounds.
+
+    The one home of these defaults: `mbrl deploy` and `mbrl finetune` generate their options from these fields
+    (`mbrl.config.option_fields`), with the entries above as their help.
     """
 
     max_delta: float | None = 0.5
     max_stale_ticks: int = 2
-    max_obs_age_s: float | None = None
+    max_obs_age: float | None = None
     safe_action: tuple[float, ...] | None = None
 
     def __post_init__(self):
@@ -41,8 +48,8 @@ class SafetyConfig:
             raise ConfigError(f"--max-delta: expected a fraction of the action range > 0 (or None), found {self.max_delta}")
         if self.max_stale_ticks < 1:
             raise ConfigError(f"--max-stale-ticks: expected an int >= 1, found {self.max_stale_ticks}")
-        if self.max_obs_age_s is not None and not self.max_obs_age_s > 0:
-            raise ConfigError(f"max_obs_age_s: expected seconds > 0 (or None), found {self.max_obs_age_s}")
+        if self.max_obs_age is not None and not self.max_obs_age > 0:
+            raise ConfigError(f"--max-obs-age: expected seconds > 0 (or None), found {self.max_obs_age}")
 
 
 class SafetyLayer:
@@ -78,7 +85,7 @@ class SafetyLayer:
     def check_observation(self, obs: Observation, now: float) -> tuple[str, list[str]]:
         """("ok" | "hold" | "stop", events) for this tick's observation."""
         stale = self._last_seq is not None and obs.seq <= self._last_seq
-        if self.config.max_obs_age_s is not None and now - obs.timestamp > self.config.max_obs_age_s:
+        if self.config.max_obs_age is not None and now - obs.timestamp > self.config.max_obs_age:
             stale = True
         if stale:
             self.stale_ticks += 1

@@ -20,7 +20,14 @@ from typing import Annotated
 import numpy as np
 import tyro
 
+from envs.robots.connect import SimOptions
+from envs.robots.safety import SafetyConfig
+from mbrl import config as config_io
 from mbrl.core.errors import ConfigError
+
+# Generated from the classes that hold their defaults and help (`mbrl.config.option_fields`); flat: --max-delta.
+SafetyArgs = config_io.options_of(SafetyConfig)
+SimArgs = config_io.options_of(SimOptions, skip=("noise_seed",))  # the noise follows --seed
 
 
 @dataclasses.dataclass(frozen=True)
@@ -37,24 +44,12 @@ class DeployArgs:
     """The seed of episode 0 (simulated robots) and of the observation noise."""
     max_steps: int | None = None
     """Stop each episode after this many ticks (default: when the robot ends it)."""
-    max_delta: float | None = 0.5
-    """Largest change of a command per tick, as a fraction of the action range; None: no rate limit."""
-    max_stale_ticks: int = 2
-    """Ticks in a row without a new observation before the watchdog stops the robot safely."""
-    max_obs_age: float | None = None
-    """Seconds after which an observation counts as stale even if it is new to the controller (default: off)."""
+    safety: tyro.conf.OmitArgPrefixes[SafetyArgs] = dataclasses.field(default_factory=SafetyArgs)
     obs_timeout: float | None = None
     """UDP/ROS 2: seconds to wait for a new observation each tick (default: half a period; 1 s unpaced)."""
     log: Path | None = None
     """Per-tick JSON lines (default: EXPORT/deploy/ROBOT-TIME.jsonl)."""
-    max_episode_steps: int | None = None
-    """mujoco: the env's time limit (default: the env's own)."""
-    obs_latency: int = 0
-    """mujoco: the policy sees the observation of this many steps ago."""
-    obs_noise: float = 0.0
-    """mujoco: standard deviation of Gaussian noise added to observations."""
-    action_delay: int = 0
-    """mujoco: a command takes effect this many steps after it was sent."""
+    sim: tyro.conf.OmitArgPrefixes[SimArgs] = dataclasses.field(default_factory=SimArgs)
     ros2_backend: str = "dds"
     """ros2: `dds` speaks DDS directly through cyclonedds (the `ros2` extra; `envs.robots.dds`); `rclpy` goes
     through a ROS 2 installation's rclpy (JointState in, Float64MultiArray out; `envs.robots.ros2`)."""
@@ -62,11 +57,10 @@ class DeployArgs:
 
 def make_robot(uri: str, args: DeployArgs, description: dict, period: float | None):
     """The adapter for a robot URI (`envs.robots.connect.make_robot`); ConfigError for an unknown one."""
-    from envs.robots.connect import SimOptions, make_robot as connect
+    from envs.robots.connect import make_robot as connect
 
     obs_timeout = args.obs_timeout if args.obs_timeout is not None else (0.5 * period if period else 1.0)
-    sim = SimOptions(max_episode_steps=args.max_episode_steps, obs_latency=args.obs_latency, obs_noise=args.obs_noise,
-                     action_delay=args.action_delay, noise_seed=args.seed)
+    sim = config_io.from_options(SimOptions, args.sim, noise_seed=args.seed)
     return connect(uri, obs_dim=description["observation"]["dim"], action_low=description["action"]["low"],
                    action_high=description["action"]["high"], obs_timeout=obs_timeout, sim=sim,
                    ros2_backend=args.ros2_backend)
@@ -81,7 +75,7 @@ def deploy(args: DeployArgs) -> int:
     from envs.robots.connect import check_fit
     from envs.robots.loop import ControlLoop
     from envs.robots.runner import PolicyRunner, RewardFeed
-    from envs.robots.safety import SafetyConfig, SafetyLayer
+    from envs.robots.safety import SafetyLayer
 
     if args.episodes < 1:
         raise ConfigError(f"--episodes: expected a positive int, found {args.episodes}")
@@ -90,8 +84,7 @@ def deploy(args: DeployArgs) -> int:
     runner = PolicyRunner(args.export)
     rate = args.rate if args.rate is not None else (runner.control_rate_hz or 50.0)
     period = 1.0 / rate if rate else None
-    safety_config = SafetyConfig(max_delta=args.max_delta, max_stale_ticks=args.max_stale_ticks,
-                                 max_obs_age_s=args.max_obs_age)
+    safety_config = config_io.from_options(SafetyConfig, args.safety)
     robot = make_robot(args.robot, args, runner.description, period)
     if runner.recurrent:  # the loop hands the policy an observation's values only: feed it the reward too
         robot = RewardFeed(robot, runner)
@@ -109,7 +102,7 @@ def deploy(args: DeployArgs) -> int:
     if runner.recurrent and robot.rewards_seen == 0 and summary["ticks"]:
         print(f"deploy: {robot.name} reported no rewards; the recurrent policy's prev_reward input was 0 throughout")
     if summary["stop_reason"] == "watchdog":
-        print(f"deploy: the watchdog stopped {robot.name}: no new observation for {args.max_stale_ticks} ticks")
+        print(f"deploy: the watchdog stopped {robot.name}: no new observation for {safety_config.max_stale_ticks} ticks")
         return 1
     return 0
 

@@ -16,81 +16,45 @@ from typing import Annotated
 
 import tyro
 
+from mbrl import config as config_io
 from mbrl.core.errors import ConfigError
+from mbrl.finetune import FinetuneConfig
 
 
-@dataclasses.dataclass(frozen=True)
-class FinetuneArgs:
-    run: Annotated[tyro.conf.Positional[Path | None], tyro.conf.arg(metavar="RUN")] = None
-    """A run directory written by `mbrl train` with a SAC-N agent (ravl, mopo)."""
-    robot: str | None = None
-    """mujoco:ENV_ID | udp://HOST:PORT | ros2:PREFIX (with --resume: the robot at a new address)."""
-    steps: int = 30_000
-    """Online env steps in all, the warm-up's included."""
-    warmup: int = 5_000
-    """Steps of the frozen offline policy (uniform random actions with --scratch) before the first update."""
-    utd: int = 4
-    """Updates per new env step once the warm-up is over."""
-    retain_offline_ratio: float = 0.0
-    """Share of every batch drawn from the run's offline dataset (WSRL keeps none)."""
-    scratch: bool = False
-    """SAC from scratch: fresh networks of the run's shapes instead of its trained ones (a baseline)."""
-    seed: int = 0
-    """Seed of the fine-tuning: its sampling, its updates and its episodes' resets."""
-    seed_index: int = 0
-    """Which of the run's training seeds to fine-tune."""
-    update_every: int = 50
-    """Env steps between update chunks (utd x this many updates each); the policy is fixed in between."""
-    eval_every: int = 2_500
-    """Env steps between metrics records (and evaluations in simulation when the run's task is known)."""
-    eval_episodes: int = 10
-    """Episodes of each evaluation of the deterministic policy in simulation (0: none)."""
-    eval_seed: int = 0
-    """Evaluation episode i resets with eval_seed + i, the same episodes at every evaluation."""
-    checkpoint_every: int | None = None
-    """Env steps between checkpoints (default: --eval-every)."""
-    anchor: float | None = None
-    """Weight of a BC anchor to the warm-start policy's actions online (default: the offline run's
-    sac.actor_bc_coef, 0 with --scratch; 0: none, plain WSRL)."""
-    anchor_final: float | None = None
-    """The anchor's weight at the run's end, reached linearly from --anchor over the online phase (default: constant)."""
-    rate: float = 0.0
-    """Control rate in Hz; 0 runs unpaced, as fast as the robot answers."""
-    max_delta: float | None = 0.5
-    """Largest change of a command per tick, as a fraction of the action range; None: no rate limit."""
-    max_stale_ticks: int = 2
-    """Ticks in a row without a new observation before the watchdog stops the robot safely."""
-    max_obs_age: float | None = None
-    """Seconds after which an observation counts as stale even if it is new to the controller (default: off)."""
-    obs_timeout: float = 1.0
-    """udp/ros2: seconds to wait for a new observation each tick."""
-    ros2_backend: str = "dds"
-    """ros2: `dds` (cyclonedds, the `ros2` extra) or `rclpy` (a ROS 2 installation)."""
-    run_dir: Path | None = None
-    """Where to write the fine-tuning run (default: runs/finetune-RUN-TIME)."""
-    resume: Path | None = None
-    """Continue the fine-tuning run in this directory from its last checkpoint."""
-    progress: bool = True
-    """Show a progress bar."""
+def _arg(help_: str | None, metavar: str | None = None):
+    return tyro.conf.arg(help=help_, metavar=metavar)
 
 
-def _config_fields() -> list[str]:
-    from mbrl.finetune import FinetuneConfig
-
-    return [field.name for field in dataclasses.fields(FinetuneConfig)]
+# The options are FinetuneConfig's fields (one home for their defaults and help), the safety layer's flat
+# (--max-delta); RUN and --robot may be absent with --resume.
+FinetuneArgs = config_io.options_class(
+    "FinetuneArgs",
+    "Fine-tune a trained policy online on a robot (WSRL).",
+    [
+        ("run", Annotated[tyro.conf.Positional[Path | None], _arg(config_io.field_help(FinetuneConfig, "run"), "RUN")],
+         dataclasses.field(default=None)),
+        ("robot", Annotated[str | None, _arg(config_io.field_help(FinetuneConfig, "robot"))], dataclasses.field(default=None)),
+    ],
+    [
+        *config_io.option_fields(FinetuneConfig, skip=("run", "robot"), flat=("safety",)),
+        ("run_dir", Annotated[Path | None, _arg("where to write the fine-tuning run (default: runs/finetune-RUN-TIME)")],
+         dataclasses.field(default=None)),
+        ("resume", Annotated[Path | None, _arg("continue the fine-tuning run in this directory from its last checkpoint")],
+         dataclasses.field(default=None)),
+        ("progress", Annotated[bool, _arg("show a progress bar")], dataclasses.field(default=True)),
+    ],
+)
 
 
 def finetune(args: FinetuneArgs) -> int:
     from mbrl.commands.train import enable_compile_cache
-    from mbrl.finetune import FinetuneConfig, run
+    from mbrl.finetune import run
 
     enable_compile_cache()
     if args.resume is not None:
-        defaults = FinetuneArgs()
-        given = [name for name in _config_fields() if name not in ("robot",) and getattr(args, name) != getattr(defaults, name)]
-        given += ["run_dir"] if args.run_dir is not None else []
+        given = config_io.changed_options(args, FinetuneArgs(), skip=("robot", "resume", "progress"))
         if given:
-            flags = ", ".join("RUN" if name == "run" else f"--{name.replace('_', '-')}" for name in given)
+            flags = ", ".join("RUN" if flag == "--run" else flag for flag in given)
             raise ConfigError(f"--resume continues a fine-tuning run with its own {args.resume}/finetune.json; drop {flags}")
         result = run(None, args.resume, resume=True, robot_uri=args.robot, progress=args.progress)
     else:
@@ -98,7 +62,7 @@ def finetune(args: FinetuneArgs) -> int:
             raise ConfigError("RUN: expected the run directory to fine-tune (or --resume DIR)")
         if args.robot is None:
             raise ConfigError("--robot: expected mujoco:ENV_ID, udp://HOST:PORT or ros2:PREFIX")
-        config = FinetuneConfig(**{name: str(args.run) if name == "run" else getattr(args, name) for name in _config_fields()})
+        config = config_io.from_options(FinetuneConfig, args, run=str(args.run))
         run_dir = args.run_dir or Path("runs") / f"finetune-{Path(args.run).name}-{time.strftime('%Y%m%d-%H%M%S')}"
         result = run(config, run_dir, progress=args.progress)
     _print_summary(result)

@@ -19,54 +19,31 @@ import tyro
 
 from mbrl import config as config_io
 from mbrl.core.errors import ConfigError
+from mbrl.sweep.engine import SweepOptions
 
 
 def _arg(help_: str, metavar: str | None = None, hint: str | None = None):
     return tyro.conf.arg(help=help_, metavar=metavar, help_behavior_hint=hint)
 
 
+# The sweep's own options are `SweepOptions`' fields (one home for their defaults and help); what the command
+# resolves into `Settings` (the space, where the study lives) is declared here; any `mbrl train` option follows.
 SweepArgs = config_io.options_class(
     "SweepArgs",
     "Tune an algorithm's options by Bayesian optimisation, K trials at a time in one compiled program.",
     [
         ("space", Annotated[Path, _arg("a TOML search space, or a shipped one by name: mopo, ravl", "SPACE")]),
-        ("trials", Annotated[int, _arg("completed trials the study should hold (a rerun continues to it)", "N")],
-         dataclasses.field(default=24)),
-        ("population", Annotated[int, _arg("trials asked and trained at once, as one population", "K")],
-         dataclasses.field(default=4)),
-        ("objective", Annotated[str, _arg("sim: normalized score in MuJoCo; offline: the model's pessimistic return "
-                                          "estimate; fqe: Fitted Q Evaluation's value (both need no simulator)",
-                                          "{sim,offline,fqe}")],
-         dataclasses.field(default="sim")),
-        ("sampler", Annotated[str, _arg("Optuna sampler", "{tpe,gp,random}")], dataclasses.field(default="tpe")),
-        ("sampler_seed", Annotated[int | None, _arg("seed of the sampler (default: random; workers must differ)", "INT", "")], 
-         dataclasses.field(default=None)),
+        *config_io.option_fields(SweepOptions),
         ("storage", Annotated[str | None, _arg("study storage URL (default: sqlite:///SWEEP_DIR/study.db); "
-                                               "postgresql://USER@HOST:PORT/DB to share it between machines", "URL", "")], 
+                                               "postgresql://USER@HOST:PORT/DB to share it between machines", "URL", "")],
          dataclasses.field(default=None)),
-        ("study", Annotated[str | None, _arg("study name (default: ALGO-DATASET)", "NAME", "")], 
-dataclasses.field(default=None)),
+        ("study", Annotated[str | None, _arg("study name (default: ALGO-DATASET)", "NAME", "")],
+         dataclasses.field(default=None)),
         ("sweep_dir", Annotated[Path | None, _arg("where trials.csv, best/, plots and model fits go "
-                                                  "(default: sweeps/ALGO-DATASET)", "DIR", "")], 
-dataclasses.field(default=None)),
-        ("world_model", Annotated[Path | None, _arg("reuse this fitted world model in every trial (default: fit once per "
-                                                    "ensemble/fit setting, cached in SWEEP_DIR/models)", "DIR", "")], 
+                                                  "(default: sweeps/ALGO-DATASET)", "DIR", "")],
          dataclasses.field(default=None)),
         ("config", Annotated[Path | None, _arg("a config.json as the base of every trial (options given here override it)",
                                                "FILE")], dataclasses.field(default=None)),
-        ("objective_evals", Annotated[int, _arg("sim objective: the mean over the last E evaluations", "E")],
-         dataclasses.field(default=3)),
-        ("holdout", Annotated[float, _arg("fraction of the dataset's episodes held out of training, for the critic's "
-                                          "held-out TD error", "FRACTION")], dataclasses.field(default=0.05)),
-        ("offline_starts", Annotated[int, _arg("offline objective: dataset start states per model member", "INT")],
-         dataclasses.field(default=64)),
-        ("offline_horizon", Annotated[int | None, _arg("offline objective: imagined steps (default: the dataset's longest "
-                                                       "episode)", "INT", "")], 
-dataclasses.field(default=None)),
-        ("fqe_steps", Annotated[int, _arg("fqe objective: FQE's gradient steps per trial member", "N")],
-         dataclasses.field(default=20_000)),
-        ("heartbeat", Annotated[int, _arg("seconds between heartbeats; a trial silent for twice this is failed and run "
-                                          "again", "SECONDS")], dataclasses.field(default=60)),
     ],
     config_io.mirror_fields(config_io.TrainConfig, "", config_io.from_the_preset),
 )
@@ -81,13 +58,8 @@ def settings_of(args):
     name = f"{base.algo}-{config_io.dataset_key(base.dataset)}"
     sweep_dir = Path(args.sweep_dir or Path("sweeps") / name).absolute()
     url = engine.storage_url(args.storage, sweep_dir)
-    settings = engine.Settings(
-        space=space, base=base, trials=args.trials, population=args.population, objective=args.objective,
-        sampler=args.sampler, storage_url=url, study_name=args.study or name, sweep_dir=sweep_dir,
-        world_model=args.world_model, heartbeat=args.heartbeat, last_evals=args.objective_evals, holdout=args.holdout,
-        offline_starts=args.offline_starts, offline_horizon=args.offline_horizon, fqe_steps=args.fqe_steps,
-        sampler_seed=args.sampler_seed,
-        progress=base.logging.progress)
+    settings = config_io.from_options(engine.Settings, args, space=space, base=base, storage_url=url,
+                                      study_name=args.study or name, sweep_dir=sweep_dir, progress=base.logging.progress)
     ensure_dataset(base.dataset)
     return settings
 

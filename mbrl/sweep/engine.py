@@ -47,24 +47,51 @@ IDENTITY_ATTR = "mbrl"
 
 
 @dataclasses.dataclass(frozen=True)
-class Settings:
-    space: Space
-    base: Any  # TrainConfig: the fixed part of every trial
-    trials: int  # completed trials the study should hold
-    population: int  # trials asked (and trained) at once
-    objective: str
-    sampler: str
-    storage_url: str
-    study_name: str
-    sweep_dir: Path
+class SweepOptions:
+    """What a user chooses of a sweep besides its space and base config.
+
+    trials: completed trials the study should hold (a rerun continues to it).
+    population: trials asked and trained at once, as one population.
+    objective: sim: normalized score in MuJoCo; offline: the model's pessimistic return estimate; fqe: Fitted Q
+        Evaluation's value (both need no simulator).
+    sampler: the Optuna sampler: tpe, gp or random.
+    sampler_seed: seed of the sampler (default: random; workers must differ).
+    world_model: reuse this fitted world model in every trial (default: fit once per ensemble/fit setting, cached
+        in SWEEP_DIR/models).
+    objective_evals: sim objective: the mean over the last E evaluations.
+    holdout: fraction of the dataset's episodes held out of training, for the critic's held-out TD error.
+    offline_starts: offline objective: dataset start states per model member.
+    offline_horizon: offline objective: imagined steps (default: the dataset's longest episode).
+    fqe_steps: fqe objective: FQE's gradient steps per trial member.
+    heartbeat: seconds between heartbeats; a trial silent for twice this is failed and run again.
+
+    `mbrl sweep` generates its options from these fields (`mbrl.config.option_fields`), with the entries above as
+    their help.
+    """
+
+    trials: int = 24
+    population: int = 4
+    objective: str = "sim"
+    sampler: str = "tpe"
+    sampler_seed: int | None = None
     world_model: Path | None = None
-    heartbeat: int = 60
-    last_evals: int = 3
+    objective_evals: int = 3
     holdout: float = 0.05
     offline_starts: int = 64
     offline_horizon: int | None = None
     fqe_steps: int = 20_000
-    sampler_seed: int | None = None
+    heartbeat: int = 60
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Settings(SweepOptions):
+    """A worker's whole sweep: the user's options, and what the command resolved around them."""
+
+    space: Space
+    base: Any  # TrainConfig: the fixed part of every trial
+    storage_url: str
+    study_name: str
+    sweep_dir: Path
     progress: bool = True
 
     def __post_init__(self):
@@ -72,7 +99,7 @@ class Settings:
             raise ConfigError(f"--objective: expected one of {', '.join(objectives.OBJECTIVES)}, found {self.objective!r}")
         if self.sampler not in SAMPLERS:
             raise ConfigError(f"--sampler: expected one of {', '.join(SAMPLERS)}, found {self.sampler!r}")
-        for name in ("trials", "population", "heartbeat", "last_evals", "offline_starts", "fqe_steps"):
+        for name in ("trials", "population", "heartbeat", "objective_evals", "offline_starts", "fqe_steps"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ConfigError(f"--{name.replace('_', '-')}: expected a positive integer, found {value!r}")
@@ -478,7 +505,7 @@ class Sweep:
         seconds = time.perf_counter() - start
         trainer = trainer_of_data(base, train)
 
-        sim = objectives.sim_scores(result.records, settings.last_evals)
+        sim = objectives.sim_scores(result.records, settings.objective_evals)
         trends = objectives.q_trends(result.records)
         td = objectives.heldout_td_errors(trainer, result.state, heldout, seed=base.seed)
         horizon = settings.offline_horizon or int(train.episode_lengths().max())
