@@ -32,7 +32,9 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import functools
+import hashlib
 import json
+import os
 import signal
 import threading
 import time
@@ -138,8 +140,9 @@ class Trainer:
         self.vmapped = fixed is not None
         self.per_member_model = config.imagination.per_seed_model if self.uses_model else False
         self.init_states = jax.jit(jax.vmap(self.init_state))
-        self._run = jax.jit(self._population_epoch, donate_argnums=0)
-        self._sharded_runs: dict[Mesh, Callable] = {}
+        self._runs: dict[str, Callable] = {}  # layout -> the population's compiled epoch
+        self._sharded_runs: dict[tuple[Mesh, str], Callable] = {}
+        self._layouts: dict[tuple, tuple[str, dict]] = {}  # (members, data shapes) -> the measured choice
         self.policy = jax.jit(self._population_policy)
 
     # ------------------------------------------------------------------ pure functions (one member)
@@ -213,9 +216,9 @@ class Trainer:
         metrics.update(self.part.epoch_metrics(state.counters, state.store, collects, collect_means, aux, state.hypers))
         return state.replace(epoch=state.epoch + 1), metrics
 
-    def _population_epoch(self, states, real, world_model, aux):
+    def _population_epoch(self, states, real, world_model, aux, layout: str = "vmap"):
         member = self.per_member_model
-        if self.vmapped:
+        if self.vmapped and layout == "vmap":
             axis = 0 if member else None
             return jax.vmap(self.epoch, in_axes=(0, None, axis, axis))(states, real, world_model, aux)
         if member:
@@ -229,29 +232,82 @@ class Trainer:
 
     # ------------------------------------------------------------------ host side
 
-    def run_epoch(self, state: TrainState, real, world_model):
-        """One epoch of the population; sharded over its mesh when `state` is (`shard_population`)."""
+    def run_epoch(self, state: TrainState, real, world_model, layout: str = "vmap"):
+        """One epoch of the population, its members vmapped or mapped (`layout`, `choose_layout`); sharded over
+        its mesh when `state` is (`shard_population`)."""
         aux = self.part.prepare(world_model, real)
         mesh = population_mesh_of(state)
         if mesh is None:
-            return self._run(state, real, world_model, aux)
+            return self._run(layout)(state, real, world_model, aux)
         model_spec = PartitionSpec(POPULATION_AXIS) if self.per_member_model else PartitionSpec()
         aux = jax.device_put(aux, NamedSharding(mesh, model_spec))  # computed from the model: on the mesh
-        return self._sharded_run(mesh)(state, real, world_model, aux)
+        return self._sharded_run(mesh, layout)(state, real, world_model, aux)
 
-    def _sharded_run(self, mesh: Mesh):
+    def _run(self, layout: str, donate: bool = True):
+        if layout not in LAYOUTS:
+            raise ConfigError(f"member layout: expected one of {', '.join(LAYOUTS)}, found {layout!r}")
+        if not donate:  # the layout probe runs an epoch twice from one state
+            return jax.jit(functools.partial(self._population_epoch, layout=layout))
+        run = self._runs.get(layout)
+        if run is None:
+            run = self._runs[layout] = jax.jit(functools.partial(self._population_epoch, layout=layout), donate_argnums=0)
+        return run
+
+    def _sharded_run(self, mesh: Mesh, layout: str):
         """The epoch under `shard_map`: each device vmaps (or maps) over its own block of members, so the
         per-member program is the unsharded one and NEUBAY's `lax.map` is split across devices too."""
-        run = self._sharded_runs.get(mesh)
+        run = self._sharded_runs.get((mesh, layout))
         if run is None:
             members, shared = PartitionSpec(POPULATION_AXIS), PartitionSpec()
             model = members if self.per_member_model else shared
             # Members are independent (no collectives): skip the varying-axes check, which would ask for
             # `pvary` on every loop carry that starts from a constant.
-            body = jax.shard_map(self._population_epoch, mesh=mesh, in_specs=(members, shared, model, model),
-                                 out_specs=members, check_vma=False)
-            run = self._sharded_runs[mesh] = jax.jit(body, donate_argnums=0)
+            body = jax.shard_map(functools.partial(self._population_epoch, layout=layout), mesh=mesh,
+                                 in_specs=(members, shared, model, model), out_specs=members, check_vma=False)
+            run = self._sharded_runs[(mesh, layout)] = jax.jit(body, donate_argnums=0)
         return run
+
+    def choose_layout(self, state: TrainState, real, world_model) -> tuple[str, dict]:
+        """How the population's members run: "vmap" (one batched program) or "map" (one member after another in
+        the same program), and the measurement behind the choice.
+
+        A vmap batches every member's matrix products; on an accelerator that is always the faster, and it is the
+        only choice for NEUBAY, whose per-member collects map anyway. On a CPU it depends on the machine (on
+        some, a vmap of 8 MOPO members ran slower than the members in turn; on others faster), so there the rule
+        is measured: each program runs one epoch from `state` (after its compile; the results are dropped), and
+        "map" is taken only when it beats the vmap by `LAYOUT_MARGIN`. The choice is kept per program, population
+        size, data shapes and CPU model, in this trainer and in `$MBRL_CACHE_DIR/member_layouts.json`, so a machine
+        measures a program once. `MBRL_MEMBER_LAYOUT=vmap|map` fixes the layout instead (numbers that must match
+        across machines: the layouts round differently).
+        """
+        members = int(state.epoch.shape[0])
+        forced = os.environ.get("MBRL_MEMBER_LAYOUT", "").strip().lower()
+        if forced:
+            if forced not in LAYOUTS:
+                raise ConfigError(f"MBRL_MEMBER_LAYOUT={forced!r}: expected one of {', '.join(LAYOUTS)}")
+            return (forced if self.vmapped else "map"), {"rule": "MBRL_MEMBER_LAYOUT"}
+        if not self.vmapped or members == 1 or jax.default_backend() != "cpu":
+            return ("vmap" if self.vmapped else "map"), {"rule": "fixed"}
+        shapes = jax.tree.map(lambda x: (x.shape, str(x.dtype)), (real, world_model))
+        key = hashlib.sha256(repr((self.config, self.obs_dim, self.act_dim, members, shapes, _machine())).encode()).hexdigest()
+        if key not in self._layouts:
+            known = _read_layouts().get(key)
+            self._layouts[key] = tuple(known) if known else self._measure_layouts(state, real, world_model)
+            if not known:
+                _write_layout(key, self._layouts[key])
+        return self._layouts[key]
+
+    def _measure_layouts(self, state: TrainState, real, world_model) -> tuple[str, dict]:
+        """One epoch of each layout from `state`, after compiling it; the results are dropped."""
+        aux = self.part.prepare(world_model, real)
+        seconds = {}
+        for layout in LAYOUTS:
+            compiled = self._run(layout, donate=False).lower(state, real, world_model, aux).compile()
+            start = time.perf_counter()
+            jax.block_until_ready(compiled(state, real, world_model, aux))
+            seconds[layout] = time.perf_counter() - start
+        layout = "map" if seconds["map"] < (1.0 - LAYOUT_MARGIN) * seconds["vmap"] else "vmap"
+        return layout, {"rule": "measured", "epoch_seconds": {k: round(v, 4) for k, v in seconds.items()}}
 
     def initial_state(self, seeds: Sequence[int], hypers: Sequence) -> TrainState:
         """The population's first state: member i has seed `seeds[i]` and hyperparameters `hypers[i]`."""
@@ -310,6 +366,49 @@ def population_mesh_of(state: TrainState) -> Mesh | None:
     if isinstance(sharding, NamedSharding) and sharding.mesh.axis_names == (POPULATION_AXIS,) and sharding.mesh.size > 1:
         return sharding.mesh
     return None
+
+
+# How a population's members run in its program (`Trainer.choose_layout`), and how much faster a map must be.
+LAYOUTS = ("vmap", "map")
+LAYOUT_MARGIN = 0.05
+LAYOUTS_FILE = "member_layouts.json"  # measured choices, kept beside the compile cache ($MBRL_CACHE_DIR)
+
+
+def _machine() -> str:
+    """The CPU's model name: a choice measured on one machine holds for another of the same model."""
+    import platform
+
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return f"{line.split(':', 1)[1].strip()} x{os.cpu_count()}"
+    except OSError:
+        pass
+    return f"{platform.processor() or platform.machine()} x{os.cpu_count()}"
+
+
+def _layouts_path() -> Path | None:
+    where = os.environ.get("MBRL_CACHE_DIR", str(Path.home() / ".cache" / "mbrl" / "jax"))
+    return None if where.lower() in ("off", "0", "none", "") else Path(where) / LAYOUTS_FILE
+
+
+def _read_layouts() -> dict:
+    path = _layouts_path()
+    try:
+        return json.loads(path.read_text()) if path is not None and path.is_file() else {}
+    except (OSError, ValueError):  # a damaged cache is measured again
+        return {}
+
+
+def _write_layout(key: str, choice: tuple[str, dict]) -> None:
+    path = _layouts_path()
+    if path is None:
+        return
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        write_text_atomic(path, json.dumps({**_read_layouts(), key: list(choice)}, indent=1) + "\n")
+    except OSError:  # a read-only cache: measured again next time
+        pass
 
 
 def shard_population(state: TrainState, real, world_model, *, per_member_model: bool = False,
@@ -384,14 +483,16 @@ def train_epochs(
     checkpoint: Callable[[TrainState, int], None],
     on_epoch: Callable[[EpochReport], None],
     stop: StopSignal,
+    layout: str = "vmap",
 ) -> tuple[TrainState, int]:
-    """The host loop from `start_epoch`; returns the final state and the last epoch done.
+    """The host loop from `start_epoch`, members laid out as `layout` (`Trainer.choose_layout`); returns the final
+    state and the last epoch done.
 
     Checks for a stop signal after each epoch: it checkpoints and returns early.
     """
     epoch = start_epoch
     while epoch < schedule.epochs:
-        state, metrics = trainer.run_epoch(state, real, world_model)
+        state, metrics = trainer.run_epoch(state, real, world_model, layout)
         epoch += 1
         last = epoch == schedule.epochs
         results = None
@@ -405,13 +506,14 @@ def train_epochs(
     return state, epoch
 
 
-def time_epochs(trainer: Trainer, state: TrainState, real, world_model, epochs: int) -> tuple[TrainState, float]:
+def time_epochs(trainer: Trainer, state: TrainState, real, world_model, epochs: int,
+                layout: str = "vmap") -> tuple[TrainState, float]:
     """Run `epochs` compiled epochs (after one warm-up epoch) and return the seconds they took (benchmarks)."""
-    state, metrics = trainer.run_epoch(state, real, world_model)
+    state, metrics = trainer.run_epoch(state, real, world_model, layout)
     jax.block_until_ready(metrics)
     start = time.perf_counter()
     for _ in range(epochs):
-        state, metrics = trainer.run_epoch(state, real, world_model)
+        state, metrics = trainer.run_epoch(state, real, world_model, layout)
     jax.block_until_ready((state, metrics))
     return state, time.perf_counter() - start
 
@@ -614,6 +716,12 @@ def run(
         truncate_metrics(run_dir / METRICS_FILE, 0)
     # A restored state comes back unsharded: (re)shard it here, as a fresh one.
     state, real, world_model = shard_population(state, real, world_model, per_member_model=trainer.per_member_model)
+    # A resumed run keeps its members' layout: the two give different roundings.
+    if loaded is not None and facts and facts.get("member_layout"):
+        layout, measured = facts["member_layout"], facts.get("member_layout_rule")
+    else:
+        layout, measured = trainer.choose_layout(state, real, world_model)
+    _write_json(run_dir / RUN_FILE, {**read_run_facts(run_dir), "member_layout": layout, "member_layout_rule": measured})
 
     def checkpoint(state, epoch):
         record = {
@@ -658,7 +766,8 @@ def run(
 
         try:
             state, epochs_done = train_epochs(trainer, config.schedule, state, real, world_model, start_epoch=start_epoch,
-                                              evaluate=evaluate, checkpoint=checkpoint, on_epoch=report, stop=stop)
+                                              evaluate=evaluate, checkpoint=checkpoint, on_epoch=report, stop=stop,
+                                              layout=layout)
             interrupted = stop.signum
             if config.select.by == "fqe" and not interrupted and epochs_done == config.schedule.epochs:
                 from mbrl.selection import select_by_fqe, write_selection
@@ -743,6 +852,7 @@ class PopulationResult:
     seeds: list[int]
     records: list[dict]  # per epoch: {"epoch", "updates", "train": {name: [per member]}, "eval": per-member lists}
     state: TrainState  # the final population state
+    layout: str = "vmap"  # how its members ran in the program (`Trainer.choose_layout`)
 
 
 def member_config(config: TrainConfig, overrides: dict) -> TrainConfig:
@@ -824,8 +934,9 @@ def train_population(
         if on_epoch is not None:
             on_epoch(r)
 
+    layout, _ = trainer.choose_layout(state, real, model)
     with contextlib.nullcontext(stop) if stop is not None else StopSignal() as stop:
         if stop.signum is None:
             state, _ = train_epochs(trainer, config.schedule, state, real, model, start_epoch=0, evaluate=evaluate_fn,
-                                    checkpoint=lambda s, e: None, on_epoch=report, stop=stop)
-    return PopulationResult(configs, list(seeds), records, state)
+                                    checkpoint=lambda s, e: None, on_epoch=report, stop=stop, layout=layout)
+    return PopulationResult(configs, list(seeds), records, state, layout)

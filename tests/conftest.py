@@ -19,6 +19,9 @@ def _isolated_data_dirs(tmp_path_factory, monkeypatch):
     monkeypatch.setenv("MBRL_DATA_DIR", str(root / "mbrl-datasets"))
     monkeypatch.setenv("MINARI_DATASETS_PATH", str(root / "mbrl-datasets"))
     monkeypatch.setenv("MBRL_CACHE_DIR", str(root / "jax-cache"))  # `mbrl train` keeps compiles on disk
+    # Populations vmap their members: the same numbers on every machine, and no layout probe per test
+    # (tests/test_train.py checks the probe and the mapped layout).
+    monkeypatch.setenv("MBRL_MEMBER_LAYOUT", "vmap")
 
 
 LOOPBACK_DDS = ('<CycloneDDS><Domain id="any"><General><Interfaces><NetworkInterface address="127.0.0.1"/></Interfaces>'

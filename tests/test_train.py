@@ -21,7 +21,7 @@ from mbrl import datasets
 from mbrl.checkpoint import Checkpointer
 from mbrl.cli import main as cli_main
 from mbrl.imagination import ExploringPolicy
-from mbrl.train import hypers_of, load_run, member_config, run, train_population, trainer_for, trainer_of_data
+from mbrl.train import LAYOUT_MARGIN, hypers_of, load_run, member_config, run, train_population, trainer_for, trainer_of_data
 from world_models.rollout import rollout
 
 EPOCHS = 4
@@ -122,6 +122,31 @@ def test_three_vmapped_seeds_equal_three_single_runs(full_run, dataset, world_mo
     expected_scores = [single.records[-1]["eval"]["normalized_score"][0] for single in singles]
     np.testing.assert_allclose(final["eval"]["normalized_score"], expected_scores, rtol=1e-2, atol=0.05)
     assert final["score_stderr"] > 0
+
+
+def test_mapped_members_equal_single_runs_and_the_probe_records_its_choice(full_run, dataset, world_model_dir,
+                                                                          tmp_path, monkeypatch):
+    """The other layout of a population (members one after another in the program) trains each member as a single
+    run does; with no layout fixed, a CPU run measures both and keeps the choice in run.json for its resume."""
+    config = config_io.override(full_run.config, {"seed": 0, "seeds": 2})
+    monkeypatch.setenv("MBRL_MEMBER_LAYOUT", "map")
+    mapped = run(config, tmp_path / "mapped", world_model_dir=world_model_dir, dataset=dataset)
+    assert json.loads((tmp_path / "mapped" / "run.json").read_text())["member_layout"] == "map"
+    single = run(config_io.override(full_run.config, {"seed": 1}), tmp_path / "seed1", world_model_dir=world_model_dir,
+                 dataset=dataset)
+    for epoch, record in enumerate(mapped.records):
+        for name, values in record["train"].items():
+            expected = [full_run.records[epoch]["train"][name][0], single.records[epoch]["train"][name][0]]
+            np.testing.assert_allclose(values, expected, rtol=2e-3, atol=1e-4, err_msg=f"epoch {epoch + 1} {name}")
+
+    monkeypatch.delenv("MBRL_MEMBER_LAYOUT")
+    run(config, tmp_path / "probed", world_model_dir=world_model_dir, dataset=dataset)
+    facts = json.loads((tmp_path / "probed" / "run.json").read_text())
+    rule = facts["member_layout_rule"]
+    assert rule["rule"] == "measured" and set(rule["epoch_seconds"]) == {"vmap", "map"}
+    seconds = rule["epoch_seconds"]
+    expected = "map" if seconds["map"] < (1 - LAYOUT_MARGIN) * seconds["vmap"] else "vmap"
+    assert facts["member_layout"] == expected
 
 
 def test_mopo_model_buffer_holds_the_penalised_reward(full_run, dataset, world_model_dir):
