@@ -17,7 +17,8 @@ import optax
 from flax import struct
 
 from agents.base import scan_updates
-from agents.networks import MLP, ObsScale, scaled
+from agents.networks import ObsScale, scaled
+from mbrl.core.nn import MLP
 from mbrl.core.errors import ConfigError
 from mbrl.core.types import Transitions
 
@@ -64,7 +65,7 @@ class BC:
     def hypers(self) -> dict:
         return {"bc": {name: jnp.asarray(getattr(self.config, name), jnp.float32) for name in BC_HYPERS}}
 
-    def init(self, key: jax.Array, hypers: dict | None = None) -> BCState:
+    def init(self, key: jax.Array, hypers: dict) -> BCState:
         del hypers  # nothing at init depends on them
         params = self.actor.init(key, jnp.zeros((1, self.obs_dim), jnp.float32))
         return BCState(actor_params=params, opt_state=self.tx.init(params), step=jnp.zeros((), jnp.int32))
@@ -86,14 +87,14 @@ class BC:
     def loss(self, actor_params, batch: Transitions):
         return jnp.mean(jnp.square(self.deterministic_action(actor_params, batch.obs) - batch.action))
 
-    def update(self, state: BCState, batch: Transitions, key: jax.Array, hypers: dict | None = None):
+    def update(self, state: BCState, batch: Transitions, key: jax.Array, hypers: dict):
         del key
-        lr = (self.hypers() if hypers is None else hypers)["bc"]["learning_rate"]
+        lr = hypers["bc"]["learning_rate"]
         loss, grads = jax.value_and_grad(self.loss)(state.actor_params, batch)
         direction, opt_state = self.tx.update(grads, state.opt_state)
         params = jax.tree.map(lambda p, d: p - lr * d, state.actor_params, direction)
         return BCState(actor_params=params, opt_state=opt_state, step=state.step + 1), {"bc_loss": loss}
 
-    def update_many(self, state: BCState, batches: Transitions, key: jax.Array, hypers: dict | None = None):
+    def update_many(self, state: BCState, batches: Transitions, key: jax.Array, hypers: dict):
         """K updates in one `lax.scan` over batches with a leading axis K; metrics averaged over K."""
         return scan_updates(lambda s, b, k: self.update(s, b, k, hypers), state, batches, key)

@@ -1,4 +1,5 @@
-"""Agent networks: the tanh-Gaussian actor and the critic ensemble (one batched network).
+"""Agent networks: the critic ensemble (one batched network) and the observation scale; the tanh-Gaussian actor
+and its distribution live in `mbrl.core.tanh_gaussian`.
 
 The critic ensemble is a single `Critic` module whose parameters carry a leading member axis;
 `CriticEnsemble` vmaps init and apply over that axis, so N critics are one batched computation
@@ -8,7 +9,6 @@ The critic ensemble is a single `Critic` module whose parameters carry a leading
 from __future__ import annotations
 
 import dataclasses
-import math
 from collections.abc import Sequence
 
 import flax.linen as nn
@@ -16,40 +16,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-# Bounds on the actor's log standard deviation, as in the SAC reference implementations
-# (rlkit / SpinningUp: LOG_STD_MIN=-20 there; -5 is the common, better-conditioned choice in
-# CORL/EDAC and unifloral).
-LOG_STD_MIN = -5.0
-LOG_STD_MAX = 2.0
-
-# Initializations of the Dense layers: "flax" (lecun_normal kernels, zero biases), "torch" (PyTorch nn.Linear:
-# kernel and bias U(-1/sqrt(fan_in), 1/sqrt(fan_in))) and "edac" (CORL's EDAC networks: nn.Linear kernels,
-# biases 0.1, the output layer U(-b, b) with b from `EDAC_OUTPUT_BOUND`).
-INITS = ("flax", "edac", "torch")
-# edge-of-reach agent_training/agent.py: the actor's mu/log_sigma U(±1e-3), the critics' last layer U(±3e-3).
-EDAC_OUTPUT_BOUND = {"actor": 1e-3, "critic": 3e-3}
-
-
-def _uniform(bound: float):
-    def init(key, shape, dtype=jnp.float32):
-        return jax.random.uniform(key, shape, dtype, -bound, bound)
-
-    return init
-
-
-def dense_init(init: str, fan_in: int, out_bound: float | None = None) -> dict:
-    """`kernel_init`/`bias_init` for a Dense layer with `fan_in` inputs; `out_bound` marks EDAC's output layer."""
-    if init == "flax":
-        return {}  # Flax's own defaults, so the default program is unchanged
-    bound = 1.0 / math.sqrt(fan_in)
-    if init == "torch":
-        return {"kernel_init": _uniform(bound), "bias_init": _uniform(bound)}
-    if init == "edac":
-        if out_bound is not None:
-            return {"kernel_init": _uniform(out_bound), "bias_init": _uniform(out_bound)}
-        return {"kernel_init": _uniform(bound), "bias_init": nn.initializers.constant(0.1)}
-    raise ValueError(f"init: expected one of {INITS}, found {init!r}")
-
+from mbrl.core.nn import MLP
 
 @dataclasses.dataclass(frozen=True)
 class ObsScale:
@@ -101,80 +68,6 @@ def scaled(network, scale: ObsScale | None):
     return network if scale is None else Scaled(network, scale)
 
 
-class MLP(nn.Module):
-    hidden_sizes: Sequence[int]
-    out_dim: int
-    layer_norm: bool = False  # LayerNorm after each hidden Dense, before the ReLU
-    init_scheme: str = "flax"  # one of INITS (not `init`, which is Module.init)
-    # Which of EDAC's networks this is ("actor" or "critic"), for its output bound and hidden fans: edge-of-reach's
-    # critics (agent_training/agent.py VectorizedLinear) store (in, out) weights, so torch's kaiming_uniform_
-    # takes the output width as the fan-in: their hidden kernels are U(±1/sqrt(width out)).
-    edac_network: str = "critic"
-
-    @nn.compact
-    def __call__(self, x):
-        for size in self.hidden_sizes:
-            fan = size if self.init_scheme == "edac" and self.edac_network == "critic" else x.shape[-1]
-            x = nn.Dense(size, **dense_init(self.init_scheme, fan))(x)
-            if self.layer_norm:
-                x = nn.LayerNorm()(x)
-            x = nn.relu(x)
-        out_init = dense_init(self.init_scheme, x.shape[-1], EDAC_OUTPUT_BOUND[self.edac_network])
-        return nn.Dense(self.out_dim, **out_init)(x)
-
-
-class TanhGaussianActor(nn.Module):
-    """pi(a|s) = tanh(N(mu(s), sigma(s))), scaled to [-1, 1]; returns (mean, log_std) of the Gaussian."""
-
-    hidden_sizes: Sequence[int]
-    act_dim: int
-    init_scheme: str = "flax"  # one of INITS
-
-    @nn.compact
-    def __call__(self, obs):
-        # One Dense head of mean and log_std (exported policies and checkpoints rely on this structure); its
-        # elementwise initializers are those of EDAC's separate mu and log_sigma heads.
-        out = MLP(self.hidden_sizes, 2 * self.act_dim, init_scheme=self.init_scheme, edac_network="actor")(obs)
-        mean, log_std = jnp.split(out, 2, axis=-1)
-        return mean, jnp.clip(log_std, LOG_STD_MIN, LOG_STD_MAX)
-
-
-# Stored actions are clipped to [-1 + eps, 1 - eps] before atanh, so a saturated action's log-probability is finite.
-ACTION_EPS = 1e-6
-
-
-def tanh_log_det(pre_tanh):
-    """log(1 - tanh(u)^2) summed over the last axis, as 2 (log 2 - u - softplus(-2u)) (SpinningUp's stable form)."""
-    return jnp.sum(2.0 * (jnp.log(2.0) - pre_tanh - jax.nn.softplus(-2.0 * pre_tanh)), axis=-1)
-
-
-def tanh_gaussian_log_prob(mean, log_std, action):
-    """log pi(a) of an action a in [-1, 1] under a = tanh(u), u ~ N(mean, exp(log_std)), summed over the
-    last axis. Saturated actions (|a| = 1) are clipped to 1 - 1e-6 first, so the result stays finite."""
-    pre_tanh = jnp.arctanh(jnp.clip(action, -1.0 + ACTION_EPS, 1.0 - ACTION_EPS))
-    z = (pre_tanh - mean) * jnp.exp(-log_std)
-    gaussian_logp = jnp.sum(-0.5 * z**2 - log_std - 0.5 * jnp.log(2 * jnp.pi), axis=-1)
-    return gaussian_logp - tanh_log_det(pre_tanh)
-
-
-def sample_tanh_gaussian(mean, log_std, key, epsilon: float = 0.0):
-    """A reparameterised sample and its log-probability under the tanh-squashed Gaussian.
-
-    `epsilon` (static): 0 is the exact correction; > 0 is log(1 - tanh(u)^2 + epsilon), the references' form,
-    which caps the correction at log(epsilon) per dimension where float32 tanh saturates.
-    """
-    std = jnp.exp(log_std)
-    noise = jax.random.normal(key, mean.shape, mean.dtype)
-    pre_tanh = mean + std * noise
-    action = jnp.tanh(pre_tanh)
-    gaussian_logp = jnp.sum(-0.5 * noise**2 - log_std - 0.5 * jnp.log(2 * jnp.pi), axis=-1)
-    if epsilon > 0:
-        correction = jnp.sum(jnp.log(1.0 - action**2 + epsilon), axis=-1)
-    else:
-        correction = tanh_log_det(pre_tanh)
-    return action, gaussian_logp - correction
-
-
 def masked_mean(values, weights):
     """The mean of `values` weighted by `weights` (a bool mask or floats); 0 when every weight is 0."""
     weights = weights.astype(values.dtype)
@@ -198,7 +91,7 @@ class Critic(nn.Module):
 
     @nn.compact
     def __call__(self, obs, action):
-        mlp = MLP(self.hidden_sizes, 1, self.layer_norm, init_scheme=self.init_scheme, edac_network="critic")
+        mlp = MLP(self.hidden_sizes, 1, layer_norm=self.layer_norm, init_scheme=self.init_scheme, edac_network="critic")
         return mlp(jnp.concatenate([obs, action], axis=-1))[..., 0]
 
 

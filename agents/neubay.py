@@ -34,7 +34,8 @@ from flax import struct
 
 from agents.memory import Memory, MemoryConfig, initial_carry
 from agents.base import scan_updates
-from agents.networks import LOG_STD_MAX, LOG_STD_MIN, ObsScale, anchor_error, masked_mean, sample_tanh_gaussian
+from agents.networks import ObsScale, anchor_error, masked_mean
+from mbrl.core.tanh_gaussian import LOG_STD_MAX, LOG_STD_MIN, sample_tanh_gaussian, tanh_gaussian_mode
 from mbrl.core.errors import ConfigError
 from mbrl.core.sequence_replay import SequenceBatch
 
@@ -312,8 +313,8 @@ class Neubay:
     def initial_carry(self, batch: int):
         return initial_carry(self.memory, (batch,))
 
-    def init(self, key: jax.Array, hypers: dict | None = None) -> NeubayState:
-        h = (self.hypers() if hypers is None else hypers)["neubay"]
+    def init(self, key: jax.Array, hypers: dict) -> NeubayState:
+        h = hypers["neubay"]
         keys = jax.random.split(key, 4)
         x = jnp.zeros((1, self.input_dim), jnp.float32)
         first = jnp.ones((1,), bool)
@@ -359,7 +360,7 @@ class Neubay:
         y, carry = jax.vmap(one)(x, jnp.asarray(inputs.first, bool), carry)
         mean, log_std = self.actor_head.apply(actor_params["head"], y)
         if deterministic:
-            return jnp.tanh(mean), carry
+            return tanh_gaussian_mode(mean), carry
         action, _ = sample_tanh_gaussian(mean, log_std, key)
         return action, carry
 
@@ -432,10 +433,10 @@ class Neubay:
     # ----------------------------------------------------------------- update
 
     def update(self, state: NeubayState, batch: SequenceBatch, key: jax.Array,
-               hypers: dict | None = None) -> tuple[NeubayState, dict]:
+               hypers: dict) -> tuple[NeubayState, dict]:
         """One gradient step on the critics, a Polyak target update, then actor and temperature
         (the order of neubay's `sac_update`)."""
-        h = (self.hypers() if hypers is None else hypers)["neubay"]
+        h = hypers["neubay"]
         critic_key, actor_key = jax.random.split(key)
         # The actor encoder's features serve both losses: one forward pass, its backward pulled later.
         actor_features, encoder_vjp = jax.vjp(lambda p: self.encode(p, batch), state.actor_params["encoder"])
@@ -487,6 +488,6 @@ class Neubay:
         )
         return new_state, metrics
 
-    def update_many(self, state: NeubayState, batches: SequenceBatch, key: jax.Array, hypers: dict | None = None):
+    def update_many(self, state: NeubayState, batches: SequenceBatch, key: jax.Array, hypers: dict):
         """K updates in one `lax.scan` over windows with a leading axis K; metrics averaged over K."""
         return scan_updates(lambda s, b, k: self.update(s, b, k, hypers), state, batches, key)

@@ -39,7 +39,8 @@ import jax.numpy as jnp
 import optax
 from flax import struct
 
-from agents.networks import masked_mean, tanh_gaussian_log_prob
+from agents.networks import masked_mean
+from mbrl.core.tanh_gaussian import sample_tanh_gaussian, tanh_gaussian_log_prob, tanh_gaussian_mode
 from mbrl.core.errors import ConfigError
 from mbrl.core.nn import ACTIVATIONS, MLP
 from mbrl.core.types import PolicyInput, Transitions
@@ -275,15 +276,12 @@ class PPO:
     def hypers(self) -> dict[str, dict[str, jax.Array]]:
         return {"ppo": self.config.hypers()}
 
-    def _hp(self, hypers):
-        return (self.hypers() if hypers is None else hypers)["ppo"]
-
     def _normalize(self, obs_norm: ObsNormalizer, obs):
         return obs_norm.normalize(obs) if self.config.normalize_obs else obs
 
     # ----------------------------------------------------------------- init / act
 
-    def init(self, key: jax.Array, hypers: dict | None = None) -> PPOState:
+    def init(self, key: jax.Array, hypers: dict) -> PPOState:
         actor_key, critic_key = jax.random.split(key)
         obs = jnp.zeros((1, self.obs_dim), jnp.float32)
         params = {
@@ -297,7 +295,7 @@ class PPO:
             log_std=params["log_std"],
             opt_state=self.tx.init(params),
             obs_norm=ObsNormalizer.create(self.obs_dim),
-            learning_rate=jnp.asarray(self._hp(hypers)["learning_rate"], jnp.float32),
+            learning_rate=jnp.asarray(hypers["ppo"]["learning_rate"], jnp.float32),
             steps=jnp.zeros((), jnp.int32),
         )
 
@@ -312,16 +310,15 @@ class PPO:
         """tanh(u), u ~ N(mean(s), exp(log_std)), in [-1, 1]; `deterministic`: tanh(mean(s))."""
         mean = self.actor.apply(actor_params.actor, self._normalize(actor_params.obs_norm, inputs.obs))
         if deterministic:
-            return jnp.tanh(mean), carry
-        noise = jax.random.normal(key, mean.shape, mean.dtype)
-        return jnp.tanh(mean + jnp.exp(actor_params.log_std) * noise), carry
+            return tanh_gaussian_mode(mean), carry
+        return sample_tanh_gaussian(mean, actor_params.log_std, key)[0], carry
 
     def value(self, state: PPOState, obs) -> jax.Array:
         return self.critic.apply(state.critic, self._normalize(state.obs_norm, obs))[..., 0]
 
     # ----------------------------------------------------------------- rollout -> batch
 
-    def prepare(self, state: PPOState, rollout: Transitions, valid, hypers: dict | None = None):
+    def prepare(self, state: PPOState, rollout: Transitions, valid, hypers: dict):
         """rollout: time-major Transitions (H, B, ...) as world_models.rollout returns them (reward already
         penalised by the caller), valid (H, B) bool. 1) update the obs normaliser with the valid obs (if
         normalize_obs); 2) with the updated normaliser compute old mean/log_std/log_prob of the stored
@@ -330,7 +327,7 @@ class PPO:
 
         Returns (state with the updated normaliser, PPOBatch, metrics: reward_mean, value_mean,
         return_mean over valid rows, valid_fraction)."""
-        hp = self._hp(hypers)
+        hp = hypers["ppo"]
         valid = jnp.asarray(valid, bool)
         rows = valid.size
         shape = valid.shape
@@ -418,10 +415,10 @@ class PPO:
         }
         return loss, metrics
 
-    def update(self, state: PPOState, rows: PPOBatch, hypers: dict | None = None) -> tuple[PPOState, dict]:
+    def update(self, state: PPOState, rows: PPOBatch, hypers: dict) -> tuple[PPOState, dict]:
         """One minibatch step: the KL at the current parameters adapts the learning rate (rsl_rl: before
         the step), then one clipped Adam step with it."""
-        hp = self._hp(hypers)
+        hp = hypers["ppo"]
         params = {"actor": state.actor, "critic": state.critic, "log_std": state.log_std}
         obs = self._normalize(state.obs_norm, rows.obs)
         (_, metrics), grads = jax.value_and_grad(self.loss, has_aux=True)(params, obs, rows, hp)
@@ -436,7 +433,7 @@ class PPO:
         metrics.update(learning_rate=learning_rate, policy_std=jnp.mean(jnp.exp(state.log_std)))
         return new_state, metrics
 
-    def update_many(self, state: PPOState, batches: PPOMinibatches, key: jax.Array, hypers: dict | None = None):
+    def update_many(self, state: PPOState, batches: PPOMinibatches, key: jax.Array, hypers: dict):
         """K = learning_epochs * minibatches steps in one `lax.scan` over `batches.index` (rows gathered
         inside the scan); metrics averaged over K. The state takes the batch's normaliser first: the training
         program hands `prepare`'s batch on, not its state. No randomness: `key` is unused."""

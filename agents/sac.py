@@ -73,7 +73,7 @@ class OnlineSAC:
     def _init(self, key: jax.Array) -> OnlineState:
         agent_key, key = jax.random.split(key)
         buffer = replay.empty(self.config.buffer_capacity, self.obs_dim, self.act_dim)
-        return OnlineState(agent=self.core.init(agent_key), buffer=buffer, key=key)
+        return OnlineState(agent=self.core.init(agent_key, self.core.hypers()), buffer=buffer, key=key)
 
     def _policy_step(self, actor_params, obs, key, step, deterministic=False):
         return self.core.act(actor_params, obs, jax.random.fold_in(key, step), deterministic)
@@ -81,9 +81,10 @@ class OnlineSAC:
     def _insert_only(self, state: OnlineState, rows: Transitions):
         return state.replace(buffer=replay.insert(state.buffer, rows, jnp.ones(rows.reward.shape[0], bool)))
 
-    def _insert_and_update(self, state: OnlineState, rows: Transitions, fixed: ReplayBuffer | None = None,
-                           hypers: dict | None = None, anchor_params=None):
-        """`hypers`: the core's traced values for this chunk (default: the config's), e.g. a decaying BC weight;
+    def _insert_and_update(self, state: OnlineState, rows: Transitions, fixed: ReplayBuffer | None, hypers: dict,
+                           anchor_params=None):
+        """`fixed`: the buffer a batch's `offline_rows` leading rows come from (None: none);
+        `hypers`: the core's traced values for this chunk (`SACN.hypers()` for the config's), e.g. a decaying BC weight;
         `anchor_params`: the frozen actor a BC term imitates (`SACN.actor_loss`)."""
         buffer = replay.insert(state.buffer, rows, jnp.ones(rows.reward.shape[0], bool))
         key, sample_key, update_key = jax.random.split(state.key, 3)
@@ -190,7 +191,7 @@ class HostLoop:
         rows = Transitions(obs=obs, action=act, reward=rew, next_obs=nxt, terminal=term, timeout=tout)
         if self.env_steps <= self.sac.config.warmup_steps:
             return self.sac.insert_only(state, rows), None
-        return self.sac.insert_and_update(state, rows)
+        return self.sac.insert_and_update(state, rows, None, self.sac.core.hypers())
 
 
 def make_policy(core: SACN, deterministic: bool) -> Callable:

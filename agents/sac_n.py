@@ -24,7 +24,9 @@ import optax
 from flax import struct
 
 from agents.base import scan_updates
-from agents.networks import INITS, CriticEnsemble, ObsScale, TanhGaussianActor, anchor_error, sample_tanh_gaussian, scaled
+from agents.networks import CriticEnsemble, ObsScale, anchor_error, scaled
+from mbrl.core.nn import INITS
+from mbrl.core.tanh_gaussian import TanhGaussianActor, sample_tanh_gaussian, tanh_gaussian_mode
 from mbrl.core.errors import ConfigError
 from mbrl.core.types import Transitions
 
@@ -163,8 +165,7 @@ class SACN:
 
     # ----------------------------------------------------------------- init / act
 
-    def init(self, key: jax.Array, hypers: dict | None = None) -> SACNState:
-        hypers = self.hypers() if hypers is None else hypers
+    def init(self, key: jax.Array, hypers: dict) -> SACNState:
         actor_key, critic_key = jax.random.split(key)
         obs = jnp.zeros((1, self.obs_dim), jnp.float32)
         action = jnp.zeros((1, self.act_dim), jnp.float32)
@@ -186,7 +187,7 @@ class SACN:
         """Actions in [-1, 1] for a batch (or a single) observation; `deterministic` is tanh(mean)."""
         mean, log_std = self.actor.apply(actor_params, obs)
         if deterministic:
-            return jnp.tanh(mean)
+            return tanh_gaussian_mode(mean)
         action, _ = sample_tanh_gaussian(mean, log_std, key)
         return action
 
@@ -196,9 +197,8 @@ class SACN:
 
     # ----------------------------------------------------------------- losses
 
-    def critic_loss(self, critic_params, state: SACNState, batch: Transitions, key, hypers: dict | None = None):
+    def critic_loss(self, critic_params, state: SACNState, batch: Transitions, key, hypers: dict):
         """Sum over members of the mean squared TD error, plus eta * the EDAC diversity term."""
-        hypers = self.hypers() if hypers is None else hypers
         next_action, next_logp = self.sample(state.actor_params, batch.next_obs, key)
         next_q = self.critic.apply(state.target_critic_params, batch.next_obs, next_action)
         alpha = self.alpha(state.log_alpha)
@@ -223,11 +223,10 @@ class SACN:
 
         return jax.vmap(member_grad)(critic_params)
 
-    def actor_loss(self, actor_params, critic_params, log_alpha, batch: Transitions, key, hypers: dict | None = None,
+    def actor_loss(self, actor_params, critic_params, log_alpha, batch: Transitions, key, hypers: dict,
                    anchor_params=None):
         """`anchor_params`: a frozen actor whose deterministic actions the BC term imitates on every row, instead
         of the batch's actions on its leading `bc_rows` (fine-tuning's anchor to the warm-start policy)."""
-        hypers = self.hypers() if hypers is None else hypers
         mean, log_std = self.actor.apply(actor_params, batch.obs)
         action, logp = sample_tanh_gaussian(mean, log_std, key, self.config.logp_epsilon)
         q = jnp.min(self.critic.apply(critic_params, batch.obs, action), axis=0)
@@ -250,7 +249,7 @@ class SACN:
 
     # ----------------------------------------------------------------- update
 
-    def update(self, state: SACNState, batch: Transitions, key: jax.Array, hypers: dict | None = None,
+    def update(self, state: SACNState, batch: Transitions, key: jax.Array, hypers: dict,
                anchor_params=None) -> tuple[SACNState, dict]:
         """One gradient step on critics, actor and temperature in `config.update_order`, then a Polyak target update.
 
@@ -258,7 +257,6 @@ class SACN:
         log-probs. "alpha_actor_critic": the temperature steps on a sample of the current actor, the actor against
         the current critics with the new temperature, the critics towards a target from the updated actor.
         """
-        hypers = self.hypers() if hypers is None else hypers
 
         def critic_step(actor_params, log_alpha, key):
             (_, metrics), grads = jax.value_and_grad(self.critic_loss, has_aux=True)(
@@ -308,9 +306,8 @@ class SACN:
         return new_state, metrics
 
     def update_many(self, state: SACNState, batches: Transitions, key: jax.Array,
-                    hypers: dict | None = None, anchor_params=None) -> tuple[SACNState, dict]:
+                    hypers: dict, anchor_params=None) -> tuple[SACNState, dict]:
         """K updates in one `lax.scan` over batches with a leading axis K; metrics averaged over K."""
-        hypers = self.hypers() if hypers is None else hypers
         return scan_updates(lambda s, b, k: self.update(s, b, k, hypers, anchor_params), state, batches, key)
 
 
@@ -330,11 +327,11 @@ class SACNAgent:
         self.batch_size = sac.batch_size
         self.obs_dim, self.act_dim = obs_dim, act_dim
 
-    def init(self, key: jax.Array, hypers: dict | None = None) -> SACNState:
-        return self.core.init(key, None if hypers is None else hypers["sac"])
+    def init(self, key: jax.Array, hypers: dict) -> SACNState:
+        return self.core.init(key, hypers["sac"])
 
-    def update_many(self, state: SACNState, batches: Transitions, key: jax.Array, hypers: dict | None = None):
-        return self.core.update_many(state, batches, key, None if hypers is None else hypers["sac"])
+    def update_many(self, state: SACNState, batches: Transitions, key: jax.Array, hypers: dict):
+        return self.core.update_many(state, batches, key, hypers["sac"])
 
     @staticmethod
     def actor_params(state: SACNState):

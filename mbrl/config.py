@@ -499,7 +499,15 @@ def _field_help(cls, name: str) -> str | None:
     """The `name: text` entry of the class docstring (our convention), else a known description."""
     if cls is SACNConfig:
         return _SAC_HELP.get(name)
-    lines = (cls.__doc__ or "").splitlines()
+    for klass in cls.__mro__:  # a field a base class holds is documented there
+        found = _doc_entry(klass.__doc__ if klass is cls or dataclasses.is_dataclass(klass) else None, name)
+        if found is not None:
+            return found
+    return None
+
+
+def _doc_entry(doc: str | None, name: str) -> str | None:
+    lines = (doc or "").splitlines()
     for i, line in enumerate(lines):
         head, colon, text = line.strip().partition(":")
         names = [n.strip() for n in head.split("/")]

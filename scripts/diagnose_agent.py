@@ -39,7 +39,8 @@ from mbrl import config as config_io  # noqa: E402
 from mbrl import datasets  # noqa: E402
 from mbrl.core.errors import ConfigError  # noqa: E402
 from mbrl.evaluate import normalized_score  # noqa: E402
-from mbrl.train import world_models_for, hypers_of, trainer_for  # noqa: E402
+from mbrl.train import world_models_for  # noqa: E402
+from mbrl.trainer import hypers_of, trainer_for  # noqa: E402
 from world_models.rollout import MarkovPolicy, RolloutConfig, rollout  # noqa: E402
 
 

@@ -30,7 +30,7 @@ import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 
-from agents.networks import sample_tanh_gaussian  # noqa: E402
+from mbrl.core.tanh_gaussian import sample_tanh_gaussian  # noqa: E402
 from envs import behaviour, collect, lockstep  # noqa: E402
 from envs.tasks import get_task  # noqa: E402
 from mbrl import datasets  # noqa: E402

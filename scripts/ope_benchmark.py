@@ -55,12 +55,13 @@ def untrained_policies(run_dir: Path, count: int):
 
     from mbrl.ope.policy import policy_of_run
     from mbrl.train import load_run
+    from mbrl.trainer import hypers_of
 
     run = load_run(run_dir)
-    agent = run.trainer.agent
+    agent, hypers = run.trainer.agent, hypers_of(run.config)
     out = []
     for i in range(count):
-        params = agent.actor_params(agent.init(jax.random.PRNGKey(1000 + i)))
+        params = agent.actor_params(agent.init(jax.random.PRNGKey(1000 + i), hypers))
         policy = policy_of_run(run, params, f"untrained-{i}", {"algo": run.config.algo, "run_dir": str(run_dir)})
         policy.run = None  # not the run's own weights: its critics and model do not judge it
         out.append((f"untrained-{i}", policy))

@@ -201,7 +201,7 @@ def ours(setting: Setting, args, overrides: dict):
 
     from agents.sac_n import edac_diversity
     from mbrl import config as config_io
-    from mbrl.train import host_metrics, hypers_of, trainer_for
+    from mbrl.trainer import host_metrics, hypers_of, trainer_for
 
     epochs = args.updates // UPDATES_PER_EPOCH
     base = {"seed": args.seed, "schedule": {"epochs": epochs, "updates_per_epoch": UPDATES_PER_EPOCH}}
@@ -342,7 +342,7 @@ def lockstep_ravl(setting: Setting, args, overrides: dict):
 
     from mbrl import config as config_io
     from mbrl.core.types import Transitions
-    from mbrl.train import hypers_of, trainer_for
+    from mbrl.trainer import hypers_of, trainer_for
 
     torch, actor, agent = edge_of_reach_agent(setting, args)
     obs_dim, act_dim = setting.arrays["observations"].shape[1], setting.arrays["actions"].shape[1]

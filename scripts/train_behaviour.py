@@ -232,7 +232,7 @@ def finalize(args) -> None:
 
     task, run_dir = args.task, Path(args.out) / args.task
     core = _actor_template(task)
-    template = core.init(jax.random.PRNGKey(0)).actor_params
+    template = core.init(jax.random.PRNGKey(0), core.hypers()).actor_params
     evals = [json.loads(line) for line in (run_dir / "evals.jsonl").read_text().splitlines()]
     evals = {e["step"]: e for e in evals}  # a resumed run may repeat a step: keep the last
     steps = sorted(evals)

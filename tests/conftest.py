@@ -105,7 +105,7 @@ def export_dir(tmp_path_factory, onnx_extra):
 
     obs = load(SAMPLE_PATH).transitions.obs
     sac = SACN(SACNConfig(hidden_sizes=(32, 32)), 11, 3)
-    params = jax.tree.map(lambda x: 2.0 * x, sac.init(jax.random.PRNGKey(3)).actor_params)  # bolder actions
+    params = jax.tree.map(lambda x: 2.0 * x, sac.init(jax.random.PRNGKey(3), sac.hypers()).actor_params)  # bolder actions
     spec = PolicySpec(apply_fn=lambda p, o: sac.act(p, o, None, True), params=params, obs_dim=11, act_dim=3,
                       action_low=-1.0, action_high=1.0, obs_mean=obs.mean(axis=0), obs_std=obs.std(axis=0) + 0.05,
                       control_rate_hz=125.0, env_id="Hopper-v5")

@@ -72,11 +72,11 @@ def test_one_update_lowers_the_critic_loss_on_its_batch(algo):
     # Every row terminal: the TD target is the reward, so the loss depends on the critics alone.
     batch = small_batch(2).replace(terminal=jnp.ones(BATCH, bool))
     agent, state, new_state, metrics = one_update(algo, batch)
-    core, key = agent.core, jax.random.PRNGKey(0)
+    core, key, hypers = agent.core, jax.random.PRNGKey(0), tiny(algo)[2]["sac"]
 
     @jax.jit
     def loss(critic_params):
-        return core.critic_loss(critic_params, state, batch, key)[0]
+        return core.critic_loss(critic_params, state, batch, key, hypers)[0]
 
     before, after = float(loss(state.critic_params)), float(loss(new_state.critic_params))
     expected = adam_first_step_gain(loss, state.critic_params, tiny(algo)[1].sac.critic_lr)

@@ -336,18 +336,6 @@ def test_medium_replay_plan_follows_the_recorded_segments():
     assert len({a.tobytes() for a in actions}) == len(actions)  # every segment acts differently
 
 
-@needs_hopper_policies
-def test_the_behaviour_actor_is_agents_tanh_gaussian_actor():
-    """`envs.behaviour.Actor` (envs may not import agents) computes what the trained actor computes."""
-    from agents.networks import TanhGaussianActor
-
-    actor, params = behaviour.load_actor("hopper", "expert")
-    hidden = behaviour.read_record("hopper", "expert")["hidden_sizes"]
-    obs = np.random.default_rng(1).normal(size=(5, 11)).astype(np.float32)
-    for ours, theirs in zip(actor.apply(params, obs), TanhGaussianActor(tuple(hidden), 3).apply(params, obs)):
-        np.testing.assert_array_equal(np.asarray(ours), np.asarray(theirs))
-
-
 # Enough whole episodes for a score: hopper's medium episodes last about 400 steps, so 20,000 steps over 16
 # lockstep envs give dozens; halfcheetah's last 1,000, so 4 envs of 6,000 steps give 24.
 BAND_SIZES = {"hopper": ("20000", "16"), "halfcheetah": ("24000", "4"), "walker2d": ("24000", "4")}

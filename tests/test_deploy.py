@@ -38,7 +38,7 @@ def neubay_export(tmp_path_factory, onnx_extra):
 
     agent = Neubay(NeubayConfig(d_model=8, d_hidden=4, memory_layers=2, head_hidden=8, head_layers=1), 11, 3)
     obs_low, obs_high = observation_envelope(load(SAMPLE_PATH).transitions.obs)
-    params = agent.init(jax.random.PRNGKey(5)).actor_params
+    params = agent.init(jax.random.PRNGKey(5), agent.hypers()).actor_params
     out = params["head"]["params"]["Dense_0"]  # gentler actions: the hopper stays up for the whole test
     out["kernel"], out["bias"] = 0.1 * out["kernel"], 0.0 * out["bias"]
     spec = PolicySpec(**policy_of(agent), params=params, obs_dim=11,

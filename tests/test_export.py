@@ -49,7 +49,8 @@ def spec(dataset):
     batches = jax.tree.map(lambda x: x.reshape(300, 64, *x.shape[1:]), batches)
     batches = batches.replace(obs=(batches.obs - mean) / std)
     assert isinstance(batches, Transitions)
-    state, _ = jax.jit(agent.update_many)(agent.init(jax.random.PRNGKey(0)), batches, jax.random.PRNGKey(1))
+    hypers = agent.hypers()
+    state, _ = jax.jit(agent.update_many)(agent.init(jax.random.PRNGKey(0), hypers), batches, jax.random.PRNGKey(1), hypers)
     return PolicySpec(
         **policy_of(agent),
         params=state.actor_params,

@@ -14,7 +14,7 @@ from flax import struct
 from mbrl import config as config_io
 from mbrl import datasets
 from mbrl.core.errors import ConfigError
-from mbrl.train import train_population
+from mbrl.population import train_population
 from world_models.base import MarkovModel, StepOutput
 
 TINY = {
@@ -91,7 +91,7 @@ class HistoryProbe:
 
 def test_imagination_starts_after_a_whole_history_of_one_episode(hopper_tiny_path):
     from mbrl.imagination import OnPolicyImagination
-    from mbrl.train import trainer_for
+    from mbrl.trainer import trainer_for
 
     config = tiny(hopper_tiny_path)
     dataset = datasets.load(hopper_tiny_path)

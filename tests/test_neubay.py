@@ -14,14 +14,14 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from agents.networks import sample_tanh_gaussian
+from mbrl.core.tanh_gaussian import sample_tanh_gaussian
 from agents.neubay import Encoder, NeubayConfig
 from mbrl import config as config_io
 from mbrl.core import sequence_replay
 from mbrl.config import ScheduleConfig, TrainConfig
 from mbrl.core.errors import ConfigError
 from mbrl.imagination import ExploringPolicy, posterior_members, start_steps
-from mbrl.train import Trainer, hypers_of
+from mbrl.trainer import Trainer, hypers_of
 from mbrl.core.types import Transitions
 from mbrl.core.types import PolicyInput
 from world_models.rollout import warm_up
@@ -61,7 +61,7 @@ def real():
 
 @pytest.fixture(scope="module")
 def agent_state(trainer):
-    return jax.jit(trainer.agent.init)(jax.random.PRNGKey(0))
+    return jax.jit(trainer.agent.init)(jax.random.PRNGKey(0), hypers_of(trainer.config))
 
 
 def _collect(trainer, agent_state, tape, real, model, key):
@@ -235,7 +235,7 @@ def test_without_model_noise_each_imagined_step_is_its_members_mean(real, agent_
 def test_one_update_gives_finite_values_and_changes_every_part(trainer, real, agent_state):
     batch = sequence_replay.sample(real, jax.random.PRNGKey(5), TINY.num_sequences, TINY.sequence_length,
                                    TINY.warmup_length)
-    new, metrics = jax.jit(trainer.agent.update)(agent_state, batch, jax.random.PRNGKey(6))
+    new, metrics = jax.jit(trainer.agent.update)(agent_state, batch, jax.random.PRNGKey(6), hypers_of(trainer.config))
     for name, value in metrics.items():
         assert np.isfinite(np.asarray(value)).all(), name
     assert float(metrics["train_steps"]) > 0

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 from flax import struct
 
-from agents.networks import sample_tanh_gaussian
+from mbrl.core.tanh_gaussian import sample_tanh_gaussian
 from agents.ppo import (
     LR_MAX,
     LR_MIN,
@@ -22,7 +22,7 @@ from agents.ppo import (
     adapt_learning_rate,
     gae,
 )
-from agents.networks import tanh_gaussian_log_prob
+from mbrl.core.tanh_gaussian import tanh_gaussian_log_prob
 from mbrl.core.errors import ConfigError
 from mbrl.core.types import Transitions
 from mbrl.imagination import ExploringPolicy
@@ -254,7 +254,8 @@ def test_fixed_schedule_keeps_the_learning_rate(setup, trained):
     state = jax.tree.map(lambda x: x[0], trained["states"]).replace(learning_rate=jnp.float32(1e-3))
     batch = jax.tree.map(lambda x: x[0, :8], trained["first"][0].replace(obs_norm=None)).replace(obs_norm=state.obs_norm)
     batch = batch.replace(old_mean=batch.old_mean + 3.0)  # a KL the adaptive schedule would answer
-    new_state, metrics = jax.jit(agent.update_many)(state, agent.minibatches(batch, jax.random.PRNGKey(0)), None)
+    new_state, metrics = jax.jit(agent.update_many)(state, agent.minibatches(batch, jax.random.PRNGKey(0)), None,
+                                                    agent.hypers())
     assert metrics["kl"] > 2 * config.desired_kl
     np.testing.assert_allclose(metrics["learning_rate"], 1e-3)
     np.testing.assert_allclose(new_state.learning_rate, 1e-3)

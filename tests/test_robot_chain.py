@@ -147,3 +147,39 @@ def test_a_robot_whose_bounds_differ_from_the_declaration_is_refused(robot_logs,
     finally:
         process.terminate()
         process.wait(timeout=10)
+
+
+def test_serve_wraps_the_users_class_over_ros2(robot_logs, loopback_dds, tmp_path, capsys):
+    """The same robot behind `serve --robot ros2:PREFIX` (DDS, no ROS installation): a proportional controller
+    exported for the declared task runs whole episodes whose returns are the in-process robot's."""
+    pytest.importorskip("cyclonedds", reason="the ros2 extra is not installed: pip install 'offline-mbrl[ros2]'")
+    from mbrl.export import PolicySpec, export_policy
+
+    declaration, _, _ = robot_logs
+    prefix = f"/cart_{os.getpid()}"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(TESTS), os.environ.get("PYTHONPATH", "")])}
+    process = subprocess.Popen([sys.executable, "-m", "envs.robots.serve", "--step", "cart_robot:Cart", "--task",
+                                str(declaration), "--robot", f"ros2:{prefix}"], stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE, text=True, env=env)
+    try:
+        line = process.stdout.readline()
+        assert line.strip() == f"ready on ros2:{prefix}", process.stderr.read()
+        spec = PolicySpec(apply_fn=lambda params, obs: -3.0 * obs[:1], params={}, obs_dim=2, act_dim=1,
+                          action_low=np.array([-1.0]), action_high=np.array([1.0]), rescale_actions=False,
+                          task="cart", task_declared=True, control_rate_hz=50.0)
+        export = export_policy(spec, tmp_path / "export")
+        log = tmp_path / "deploy.jsonl"
+        assert main(["deploy", str(export), "--robot", f"ros2:{prefix}", "--episodes", "2", "--rate", "0",
+                     "--max-delta", "None", "--log", str(log)]) == 0
+        returns = [json.loads(line)["return"] for line in log.read_text().splitlines() if '"type": "episode"' in line]
+        robot, expected = cart_robot.Cart(), []
+        for seed in range(2):
+            state, total = robot.reset(seed), 0.0
+            for _ in range(cart_robot.STEPS):
+                state, reward, _, _ = robot.step(np.clip(-3.0 * np.float32(state[0]), -1, 1))
+                total += reward
+            expected.append(total)
+        np.testing.assert_allclose(returns, expected, rtol=1e-4)
+    finally:
+        process.terminate()
+        assert process.wait(timeout=10) == 0

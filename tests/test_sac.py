@@ -9,7 +9,7 @@ import numpy as np
 import optax
 import pytest
 
-from agents.networks import sample_tanh_gaussian
+from mbrl.core.tanh_gaussian import sample_tanh_gaussian
 from agents.sac import HostLoop, OnlineSAC, SACConfig
 from agents.sac_n import SACN, SACNConfig
 from mbrl.core.errors import ConfigError
@@ -33,7 +33,7 @@ def random_batch(seed: int, batch: int = BATCH) -> Transitions:
 @pytest.fixture(scope="module")
 def edac():
     agent = SACN(SACNConfig(num_critics=3, hidden_sizes=(16, 16), eta=0.7, batch_size=BATCH), OBS, ACT)
-    state = jax.jit(agent.init)(jax.random.PRNGKey(0))
+    state = jax.jit(agent.init)(jax.random.PRNGKey(0), agent.hypers())
     # Distinct target critics and a non-unit temperature, so each term of the target matters.
     state = state.replace(
         target_critic_params=jax.tree.map(lambda x: 0.8 * x + 0.01, state.critic_params),
@@ -91,7 +91,7 @@ def test_critic_loss_and_edac_term_equal_a_direct_computation(edac):
     agent, state = edac
     cfg = agent.config
     batch, key = random_batch(1), jax.random.PRNGKey(7)
-    loss, metrics = jax.jit(agent.critic_loss)(state.critic_params, state, batch, key)
+    loss, metrics = jax.jit(agent.critic_loss)(state.critic_params, state, batch, key, agent.hypers())
 
     next_action, next_logp = agent.sample(state.actor_params, batch.next_obs, key)  # the same draw as the loss
     obs, action = np.asarray(batch.obs), np.asarray(batch.action)
@@ -123,7 +123,7 @@ def test_critic_loss_and_edac_term_equal_a_direct_computation(edac):
 def test_update_is_finite_and_changes_every_parameter_group(edac, jitted_update):
     agent, state = edac
     update, _ = jitted_update
-    new_state, metrics = update(state, random_batch(2), jax.random.PRNGKey(1))
+    new_state, metrics = update(state, random_batch(2), jax.random.PRNGKey(1), agent.hypers())
     assert all(np.isfinite(float(v)) for v in metrics.values()), metrics
     for name in ("actor_params", "critic_params", "target_critic_params"):
         before = jax.tree.leaves(getattr(state, name))
@@ -141,7 +141,7 @@ def test_update_is_finite_and_changes_every_parameter_group(edac, jitted_update)
 def test_temperature_falls_when_entropy_is_above_target(edac, jitted_update):
     agent, state = edac
     update, _ = jitted_update
-    new_state, metrics = update(state, random_batch(3), jax.random.PRNGKey(2))
+    new_state, metrics = update(state, random_batch(3), jax.random.PRNGKey(2), agent.hypers())
     assert float(metrics["entropy"]) > agent.target_entropy  # a fresh policy is nearly uniform
     assert float(new_state.log_alpha) < float(state.log_alpha)
 
@@ -151,11 +151,11 @@ def test_update_many_equals_sequential_updates(edac, jitted_update):
     update, update_many = jitted_update
     batches = [random_batch(10 + k) for k in range(3)]
     stacked = jax.tree.map(lambda *xs: jnp.stack(xs), *batches)
-    key = jax.random.PRNGKey(5)
-    scanned, _ = update_many(state, stacked, key)
+    key, hypers = jax.random.PRNGKey(5), agent.hypers()
+    scanned, _ = update_many(state, stacked, key, hypers)
     sequential = state
     for batch, k in zip(batches, jax.random.split(key, 3)):
-        sequential, _ = update(sequential, batch, k)
+        sequential, _ = update(sequential, batch, k, hypers)
     for a, b in zip(jax.tree.leaves(scanned), jax.tree.leaves(sequential)):
         np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=2e-5, atol=1e-6)
 
@@ -249,7 +249,7 @@ def test_layer_norm_critic_stays_bounded_far_from_the_data():
     far = {}
     for layer_norm in (False, True):
         core = SACN(SACNConfig(hidden_sizes=(16, 16), critic_layer_norm=layer_norm), OBS, ACT)
-        params = core.init(jax.random.PRNGKey(1)).critic_params
+        params = core.init(jax.random.PRNGKey(1), core.hypers()).critic_params
         far[layer_norm] = [np.asarray(core.critic.apply(params, c * obs, c * action)) for c in (1e3, 1e5)]
     plain, normed = far[False], far[True]
     np.testing.assert_allclose(plain[1], 100.0 * plain[0], rtol=1e-2)  # linear growth: 100x the input, 100x Q
@@ -260,9 +260,10 @@ def test_layer_norm_critic_stays_bounded_far_from_the_data():
 def test_actor_bc_term_equals_a_direct_computation_on_the_real_rows():
     bc_rows, coef = 3, 0.4
     core = SACN(SACNConfig(hidden_sizes=(16, 16), actor_bc_coef=coef, batch_size=BATCH), OBS, ACT, bc_rows)
-    state = core.init(jax.random.PRNGKey(2))
+    state = core.init(jax.random.PRNGKey(2), core.hypers())
     batch, key = random_batch(6), jax.random.PRNGKey(7)
-    loss, (logp, metrics) = core.actor_loss(state.actor_params, state.critic_params, jnp.log(0.3), batch, key)
+    loss, (logp, metrics) = core.actor_loss(state.actor_params, state.critic_params, jnp.log(0.3), batch, key,
+                                            core.hypers())
 
     action, same_logp = core.sample(state.actor_params, batch.obs, key)
     q = np.asarray(core.critic.apply(state.critic_params, batch.obs, action)).min(axis=0)
@@ -283,7 +284,8 @@ def test_actor_bc_term_pulls_the_policy_to_the_data_actions():
     for coef in (0.0, 20.0):
         core = SACN(SACNConfig(hidden_sizes=(32, 32), actor_bc_coef=coef, batch_size=BATCH), OBS, ACT, bc_rows)
         batches = jax.tree.map(lambda x: jnp.broadcast_to(x, (300, *x.shape)), batch)
-        state, _ = jax.jit(core.update_many)(core.init(jax.random.PRNGKey(0)), batches, jax.random.PRNGKey(1))
+        state, _ = jax.jit(core.update_many)(core.init(jax.random.PRNGKey(0), core.hypers()), batches, jax.random.PRNGKey(1),
+                                             core.hypers())
         mean_action = np.asarray(core.act(state.actor_params, batch.obs[:bc_rows], None, deterministic=True))
         gaps[coef] = float(np.mean(np.abs(mean_action - np.asarray(batch.action[:bc_rows]))))
     assert gaps[20.0] < 0.1 < gaps[0.0]
@@ -294,16 +296,16 @@ def test_an_anchor_actor_holds_the_policy_to_its_own_actions_on_every_row():
     rows. Updates with a large weight keep the policy on the anchor's actions; without the term it drifts."""
     batch = random_batch(8)
     core = SACN(SACNConfig(hidden_sizes=(32, 32), actor_bc_coef=20.0, batch_size=BATCH), OBS, ACT)
-    start = core.init(jax.random.PRNGKey(0))
+    start = core.init(jax.random.PRNGKey(0), core.hypers())
     anchor = jax.tree.map(jnp.copy, start.actor_params)
     _, (_, metrics) = core.actor_loss(start.actor_params, start.critic_params, jnp.log(0.3), batch, jax.random.PRNGKey(3),
-                                      anchor_params=anchor)
+                                      core.hypers(), anchor_params=anchor)
     assert float(metrics["actor_bc"]) == 0.0  # the policy is its own anchor
     batches = jax.tree.map(lambda x: jnp.broadcast_to(x, (300, *x.shape)), batch)
     anchored_action = np.asarray(core.act(anchor, batch.obs, None, deterministic=True))
-    anchored, _ = jax.jit(core.update_many)(start, batches, jax.random.PRNGKey(1), None, anchor)
+    anchored, _ = jax.jit(core.update_many)(start, batches, jax.random.PRNGKey(1), core.hypers(), anchor)
     free_core = SACN(SACNConfig(hidden_sizes=(32, 32), batch_size=BATCH), OBS, ACT)  # the same SAC, no BC term
-    free, _ = jax.jit(free_core.update_many)(start, batches, jax.random.PRNGKey(1))
+    free, _ = jax.jit(free_core.update_many)(start, batches, jax.random.PRNGKey(1), free_core.hypers())
     gap = {name: float(np.mean(np.abs(np.asarray(core.act(s.actor_params, batch.obs, None, True)) - anchored_action)))
            for name, s in (("anchored", anchored), ("free", free))}
     assert gap["anchored"] < 0.05 < gap["free"]
@@ -324,7 +326,7 @@ def test_edac_and_torch_inits_have_the_reference_statistics():
     params = {}
     for init in ("flax", "edac", "torch"):
         core = SACN(SACNConfig(num_critics=3, hidden_sizes=hidden, init=init), OBS, ACT)
-        state = core.init(jax.random.PRNGKey(0))
+        state = core.init(jax.random.PRNGKey(0), core.hypers())
         params[init] = (state.actor_params, state.critic_params)
     # The parameter structure (and so checkpoints and exported policies) does not depend on the init.
     for init in ("edac", "torch"):
@@ -368,12 +370,12 @@ def reference_update(core: SACN, state, batch, key, order: str):
 
     def critic(actor_params, log_alpha, key):
         grads = jax.grad(lambda p: core.critic_loss(p, state.replace(actor_params=actor_params, log_alpha=log_alpha),
-                                                    batch, key)[0])(state.critic_params)
+                                                    batch, key, hypers)[0])(state.critic_params)
         return step(state.critic_params, grads, state.critic_opt_state, cfg.critic_lr)
 
     def actor(critic_params, log_alpha, key):
-        grads = jax.grad(lambda p: core.actor_loss(p, critic_params, log_alpha, batch, key)[0])(state.actor_params)
-        logp = core.actor_loss(state.actor_params, critic_params, log_alpha, batch, key)[1][0]
+        grads = jax.grad(lambda p: core.actor_loss(p, critic_params, log_alpha, batch, key, hypers)[0])(state.actor_params)
+        logp = core.actor_loss(state.actor_params, critic_params, log_alpha, batch, key, hypers)[1][0]
         return (*step(state.actor_params, grads, state.actor_opt_state, cfg.actor_lr), logp)
 
     def temperature(logp):
@@ -412,10 +414,11 @@ def test_update_equals_a_step_by_step_composition_in_its_order(order):
                      alpha_lr=0.3, logp_epsilon=1e-6 if order == "alpha_actor_critic" else 0.0, update_order=order)
     core = SACN(cfg, OBS, ACT)
     warm = jax.tree.map(lambda *xs: jnp.stack(xs), *[random_batch(20 + k) for k in range(3)])
-    state, _ = jax.jit(core.update_many)(core.init(jax.random.PRNGKey(0)), warm, jax.random.PRNGKey(4))
+    hypers = core.hypers()
+    state, _ = jax.jit(core.update_many)(core.init(jax.random.PRNGKey(0), hypers), warm, jax.random.PRNGKey(4), hypers)
     batch, key = random_batch(30), jax.random.PRNGKey(6)
 
-    new_state, metrics = jax.jit(core.update)(state, batch, key)
+    new_state, metrics = jax.jit(core.update)(state, batch, key, hypers)
     expected, entropy = reference_update(core, state, batch, key, order)
     for a, b in zip(jax.tree.leaves(new_state), jax.tree.leaves(expected)):
         np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-4, atol=1e-5)
@@ -453,7 +456,8 @@ def test_logp_epsilon_reaches_every_log_prob_of_the_core():
     """An actor scaled up until tanh saturates: the actor loss's and the TD target's log-probs (and the temperature's,
     via the order test) are the epsilon form's, which differs there from the exact form by far."""
     core = SACN(SACNConfig(hidden_sizes=(16, 16), batch_size=BATCH, logp_epsilon=1e-6), OBS, ACT)
-    state = core.init(jax.random.PRNGKey(3))
+    hypers = core.hypers()
+    state = core.init(jax.random.PRNGKey(3), hypers)
     state = state.replace(actor_params=jax.tree.map(lambda x: 30.0 * x, state.actor_params), log_alpha=jnp.log(0.5))
     batch, key = random_batch(9), jax.random.PRNGKey(8)
     mean, log_std = core.actor.apply(state.actor_params, batch.obs)
@@ -461,10 +465,10 @@ def test_logp_epsilon_reaches_every_log_prob_of_the_core():
     exact_logp = np.asarray(sample_tanh_gaussian(mean, log_std, key)[1])
     assert np.max(np.abs(eps_logp - exact_logp)) > 1.0
 
-    _, (logp, _) = core.actor_loss(state.actor_params, state.critic_params, state.log_alpha, batch, key)
+    _, (logp, _) = core.actor_loss(state.actor_params, state.critic_params, state.log_alpha, batch, key, hypers)
     np.testing.assert_allclose(np.asarray(logp), eps_logp, rtol=1e-6)
 
-    _, metrics = core.critic_loss(state.critic_params, state, batch, key)
+    _, metrics = core.critic_loss(state.critic_params, state, batch, key, hypers)
     next_mean, next_log_std = core.actor.apply(state.actor_params, batch.next_obs)
     next_action, next_logp = sample_tanh_gaussian(next_mean, next_log_std, key, 1e-6)
     next_q = np.asarray(core.critic.apply(state.target_critic_params, batch.next_obs, next_action)).min(axis=0)
@@ -481,24 +485,25 @@ def test_logp_epsilon_reaches_every_log_prob_of_the_core():
     assert exact_mean - eps_mean > 1.0
     ordered = SACN(SACNConfig(hidden_sizes=(16, 16), batch_size=BATCH, logp_epsilon=1e-6, update_order="alpha_actor_critic",
                               target_entropy=-(eps_mean + exact_mean) / 2), OBS, ACT)
-    new_state, _ = ordered.update(state, batch, key)
+    new_state, _ = ordered.update(state, batch, key, ordered.hypers())
     assert float(new_state.log_alpha) < float(state.log_alpha)
 
 
 def test_alpha_max_clamps_the_temperature_but_not_log_alpha():
     clamped = SACN(SACNConfig(hidden_sizes=(16, 16), batch_size=BATCH, alpha_max=1.0), OBS, ACT)
     free = SACN(SACNConfig(hidden_sizes=(16, 16), batch_size=BATCH), OBS, ACT)
-    state = clamped.init(jax.random.PRNGKey(2)).replace(log_alpha=jnp.log(jnp.float32(3.0)))
+    state = clamped.init(jax.random.PRNGKey(2), clamped.hypers()).replace(log_alpha=jnp.log(jnp.float32(3.0)))
     batch, key = random_batch(4), jax.random.PRNGKey(5)
     action, logp = clamped.sample(state.actor_params, batch.obs, key)
     q = np.asarray(clamped.critic.apply(state.critic_params, batch.obs, action)).min(axis=0)
     losses = {}
     for name, core in (("clamped", clamped), ("free", free)):
-        losses[name] = float(core.actor_loss(state.actor_params, state.critic_params, state.log_alpha, batch, key)[0])
+        losses[name] = float(core.actor_loss(state.actor_params, state.critic_params, state.log_alpha, batch, key,
+                                             core.hypers())[0])
     np.testing.assert_allclose(losses["clamped"], np.mean(1.0 * np.asarray(logp) - q), rtol=1e-5)
     np.testing.assert_allclose(losses["free"], np.mean(3.0 * np.asarray(logp) - q), rtol=1e-5)
 
-    new_state, metrics = jax.jit(clamped.update)(state, batch, key)
+    new_state, metrics = jax.jit(clamped.update)(state, batch, key, clamped.hypers())
     assert float(metrics["alpha"]) == 1.0
     assert abs(float(new_state.log_alpha) - np.log(3.0)) < 1e-2  # one small Adam step from log 3, unclamped
 

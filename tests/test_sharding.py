@@ -23,7 +23,9 @@ CHILD = textwrap.dedent("""
     import jax, jax.numpy as jnp, numpy as np
     from envs.tasks import TASKS
     from mbrl import config as config_io, datasets
-    from mbrl.train import population_mesh_of, population_sharding, run, train_population, trainer_for
+    from mbrl.population import train_population
+    from mbrl.train import run
+    from mbrl.trainer import population_mesh_of, population_sharding, trainer_for
     from world_models.ensemble import GaussianEnsemble, init_params
     from world_models.model import Normalizer, WorldModel
 

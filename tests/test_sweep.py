@@ -261,7 +261,8 @@ def test_the_heldout_td_error_is_the_critics_td_error_alone(hopper_tiny_path):
     """Two RAVL members with the same seed and different EDAC weights have the same critics at init: their
     held-out TD errors must agree: the diversity term is not a TD error."""
     from mbrl import datasets
-    from mbrl.train import hypers_of, member_config, trainer_for
+    from mbrl.population import member_config
+    from mbrl.trainer import hypers_of, trainer_for
 
     dataset = datasets.load(hopper_tiny_path)
     config = config_io.build("ravl", str(hopper_tiny_path), "quick",

@@ -244,7 +244,7 @@ def test_a_task_registered_later_is_an_entry_like_the_others(tmp_path):
 
 
 LOWER_LAYERS = ("agents", "world_models")
-PROGRAM_MODULES = ("mbrl/train.py", "mbrl/imagination.py", "mbrl/evaluate.py", "mbrl/export_run.py", "mbrl/finetune.py")
+PROGRAM_MODULES = ("mbrl/train.py", "mbrl/trainer.py", "mbrl/population.py", "mbrl/imagination.py", "mbrl/evaluate.py", "mbrl/export_run.py", "mbrl/finetune.py")
 
 
 def test_no_task_is_named_by_the_agents_the_world_models_or_the_training_program():

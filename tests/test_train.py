@@ -21,7 +21,9 @@ from mbrl import datasets
 from mbrl.checkpoint import Checkpointer
 from mbrl.cli import main as cli_main
 from mbrl.imagination import ExploringPolicy
-from mbrl.train import LAYOUT_MARGIN, hypers_of, load_run, member_config, run, train_population, trainer_for, trainer_of_data
+from mbrl.population import member_config, train_population
+from mbrl.train import load_run, run
+from mbrl.trainer import LAYOUT_MARGIN, hypers_of, trainer_for, trainer_of_data
 from world_models.rollout import rollout
 
 EPOCHS = 4

@@ -16,7 +16,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import time
-from typing import Any
+from typing import Any, ClassVar
 
 import jax
 import jax.numpy as jnp
@@ -34,26 +34,22 @@ HOLDOUT_CHUNK = 2048  # rows per step of the chunked holdout evaluation
 
 
 @dataclasses.dataclass(frozen=True)
-class FitConfig:
-    """How the ensemble is fitted.
+class FitConfigBase:
+    """What every world-model fit has (the MLP ensemble's `fit`, RWM-U's `rwm_fit`).
 
-    holdout_ratio / max_holdout: random transitions kept out for early stopping and elite choice,
-        min(ratio * N, max_holdout) rows (MBPO / OfflineRL-Kit: 0.2 and 1000).
-    eval_episodes: whole episodes kept out of both training and holdout, for open-loop k-step
-        evaluation (`mbrl model eval`); at most 10% of the dataset's episodes.
-    sampling: "bootstrap" (each member trains on its own resample with replacement, reshuffled every
-        epoch, as OfflineRL-Kit) or "permutation" (each member sees all data in its own order).
+    holdout_ratio: the share of the data held out for early stopping (and, for the ensemble, the elites).
+    eval_episodes: whole episodes kept out of fitting entirely, for `mbrl model eval`; at most 10% of them.
+    batch_size / learning_rate: a minibatch (per member) and Adam's learning rate.
     max_epochs / max_seconds: hard limits on top of early stopping (None: no limit).
-    patience / min_improvement: stop after `patience` epochs in which no member improved its
-        holdout MSE by more than `min_improvement` (relative).
-    batch_size / learning_rate: minibatch per member and Adam's learning rate.
-    seed: of the split, the initial weights and the minibatch order.
+    patience / min_improvement: stop after `patience` epochs without a relative gain of `min_improvement` in the
+        holdout error (for the ensemble, of any member).
+    seed: of the split, the initial weights and the minibatches.
     """
 
+    SECTION: ClassVar[str] = "fit"  # the config section, for the messages
+
     holdout_ratio: float = 0.2
-    max_holdout: int = 1000
     eval_episodes: int = 2
-    sampling: str = "bootstrap"
     batch_size: int = 256
     learning_rate: float = 1e-3
     max_epochs: int | None = None
@@ -64,20 +60,46 @@ class FitConfig:
 
     def __post_init__(self):
         if not 0.0 < self.holdout_ratio < 1.0:
-            raise ConfigError(f"fit.holdout_ratio: expected a value in (0, 1), found {self.holdout_ratio}")
-        for name in ("max_holdout", "batch_size", "patience"):
-            if getattr(self, name) < 1:
-                raise ConfigError(f"fit.{name}: expected a positive int, found {getattr(self, name)}")
+            raise ConfigError(f"{self.SECTION}.holdout_ratio: expected a value in (0, 1), found {self.holdout_ratio}")
+        self.check_positive_ints("batch_size", "patience")
+        if not self.learning_rate > 0.0:
+            raise ConfigError(f"{self.SECTION}.learning_rate: expected a value > 0, found {self.learning_rate}")
+        if self.max_epochs is not None and self.max_epochs < 1:
+            raise ConfigError(f"{self.SECTION}.max_epochs: expected a positive int or None, found {self.max_epochs}")
+        if self.max_seconds is not None and self.max_seconds < 0:
+            raise ConfigError(f"{self.SECTION}.max_seconds: expected a value >= 0 or None, found {self.max_seconds}")
+        if self.eval_episodes < 0:
+            raise ConfigError(f"{self.SECTION}.eval_episodes: expected an int >= 0, found {self.eval_episodes}")
+
+    def check_positive_ints(self, *names: str) -> None:
+        for name in names:
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ConfigError(f"{self.SECTION}.{name}: expected a positive int, found {value!r}")
+
+    def early_stopping(self) -> EarlyStopping:
+        """The fit's stopping rule (`mbrl.core.early_stopping`), started now."""
+        return EarlyStopping(self.patience, self.min_improvement, self.max_epochs, self.max_seconds)
+
+
+@dataclasses.dataclass(frozen=True)
+class FitConfig(FitConfigBase):
+    """How the ensemble is fitted (the shared fields: `FitConfigBase`).
+
+    holdout_ratio / max_holdout: random transitions kept out for early stopping and elite choice,
+        min(ratio * N, max_holdout) rows (MBPO / OfflineRL-Kit: 0.2 and 1000).
+    sampling: "bootstrap" (each member trains on its own resample with replacement, reshuffled every
+        epoch, as OfflineRL-Kit) or "permutation" (each member sees all data in its own order).
+    """
+
+    max_holdout: int = 1000
+    sampling: str = "bootstrap"
+
+    def __post_init__(self):
+        super().__post_init__()
+        self.check_positive_ints("max_holdout")
         if self.sampling not in ("bootstrap", "permutation"):
             raise ConfigError(f"fit.sampling: expected 'bootstrap' or 'permutation', found {self.sampling!r}")
-        if not self.learning_rate > 0.0:
-            raise ConfigError(f"fit.learning_rate: expected a value > 0, found {self.learning_rate}")
-        if self.max_epochs is not None and self.max_epochs < 1:
-            raise ConfigError(f"fit.max_epochs: expected a positive int or None, found {self.max_epochs}")
-        if self.max_seconds is not None and self.max_seconds < 0:
-            raise ConfigError(f"fit.max_seconds: expected a value >= 0 or None, found {self.max_seconds}")
-        if self.eval_episodes < 0:
-            raise ConfigError(f"fit.eval_episodes: expected an int >= 0, found {self.eval_episodes}")
 
 
 @struct.dataclass
@@ -322,8 +344,7 @@ def fit_ensemble(
         sampling=fit_config.sampling,
     )
 
-    stopping = EarlyStopping(fit_config.patience, fit_config.min_improvement, fit_config.max_epochs,
-                             fit_config.max_seconds)
+    stopping = fit_config.early_stopping()
     history, stop_reason = [], "max_epochs"
     with fit_progress(progress, fit_config.max_epochs) as bar:
         task = bar.add_task("fit", total=fit_config.max_epochs, status="compiling")

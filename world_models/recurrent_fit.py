@@ -24,6 +24,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import time
+from typing import ClassVar
 
 import jax
 import jax.numpy as jnp
@@ -31,10 +32,9 @@ import numpy as np
 import optax
 from flax import struct
 
-from mbrl.core.early_stopping import EarlyStopping
 from mbrl.core.errors import ConfigError, DatasetError
 from mbrl.core.types import OfflineDataset, Transitions
-from world_models.fit import FitResult, check_finite, choose_eval_episodes, fit_progress, check_shapes, make_normalizer, model_inputs, model_targets
+from world_models.fit import FitConfigBase, FitResult, check_finite, choose_eval_episodes, fit_progress, check_shapes, make_normalizer, model_inputs, model_targets
 from world_models.model import ModelInfo
 from world_models.recurrent import RecurrentConfig, RecurrentWorldModel, gru_read, gru_step, heads_apply, init_params
 
@@ -42,50 +42,27 @@ HOLDOUT_CHUNK = 1024  # windows per step of the holdout evaluation
 
 
 @dataclasses.dataclass(frozen=True)
-class RecurrentFitConfig:
-    """How RWM-U is fitted.
+class RecurrentFitConfig(FitConfigBase):
+    """How RWM-U is fitted (the shared fields: `world_models.fit.FitConfigBase`; its holdout is whole episodes).
 
-    holdout_ratio: the fraction of episodes held out (whole) for early stopping.
-    eval_episodes: whole episodes kept out of fitting entirely, for `mbrl model eval`; at most 10% of them.
     batch_size: windows per gradient step (rsl_rl_rwm: 1,024).
-    learning_rate / max_grad_norm: Adam's learning rate and the global gradient-norm clip.
+    max_grad_norm: the global gradient-norm clip.
     steps_per_epoch: gradient steps between holdout evaluations (one compiled call).
     holdout_windows: the most holdout windows evaluated (evenly thinned).
-    max_epochs / max_seconds: hard limits on top of early stopping (None: no limit).
-    patience / min_improvement: stop after `patience` epochs without a relative gain of `min_improvement`.
-    seed: of the split, the initial weights and the minibatches.
     """
 
-    holdout_ratio: float = 0.2
-    eval_episodes: int = 2
+    SECTION: ClassVar[str] = "rwm_fit"
+
     batch_size: int = 1024
-    learning_rate: float = 1e-3
     max_grad_norm: float = 1.0
     steps_per_epoch: int = 100
     holdout_windows: int = 2048
-    max_epochs: int | None = None
-    max_seconds: float | None = None
-    patience: int = 5
-    min_improvement: float = 0.01
-    seed: int = 0
 
     def __post_init__(self):
-        if not 0.0 < self.holdout_ratio < 1.0:
-            raise ConfigError(f"rwm_fit.holdout_ratio: expected a value in (0, 1), found {self.holdout_ratio}")
-        for name in ("batch_size", "steps_per_epoch", "holdout_windows", "patience"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ConfigError(f"rwm_fit.{name}: expected a positive int, found {value!r}")
-        if not self.learning_rate > 0.0:
-            raise ConfigError(f"rwm_fit.learning_rate: expected a value > 0, found {self.learning_rate}")
+        super().__post_init__()
+        self.check_positive_ints("steps_per_epoch", "holdout_windows")
         if not self.max_grad_norm > 0.0:
             raise ConfigError(f"rwm_fit.max_grad_norm: expected a value > 0, found {self.max_grad_norm}")
-        if self.max_epochs is not None and self.max_epochs < 1:
-            raise ConfigError(f"rwm_fit.max_epochs: expected a positive int or None, found {self.max_epochs}")
-        if self.max_seconds is not None and self.max_seconds < 0:
-            raise ConfigError(f"rwm_fit.max_seconds: expected a value >= 0 or None, found {self.max_seconds}")
-        if self.eval_episodes < 0:
-            raise ConfigError(f"rwm_fit.eval_episodes: expected an int >= 0, found {self.eval_episodes}")
 
 
 @struct.dataclass
@@ -300,8 +277,7 @@ def fit_recurrent_model(
     best_params, best = jax.tree.map(jnp.copy, params), np.inf
     history, stop_reason = [], "max_epochs"
     start = time.perf_counter()
-    stopping = EarlyStopping(fit_config.patience, fit_config.min_improvement, fit_config.max_epochs,
-                             fit_config.max_seconds)
+    stopping = fit_config.early_stopping()
     with fit_progress(progress, fit_config.max_epochs) as bar:
         task = bar.add_task("fit", total=fit_config.max_epochs, status="compiling")
         epoch = 0

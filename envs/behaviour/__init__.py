@@ -2,9 +2,8 @@
 
 Each task ships JSON records (`<task>_<name>.json`: how a policy was made and what it returns) and the
 actors' flax msgpack parameters (`expert`, `medium`, and the `medium_replay` snapshots), all written by
-scripts/train_behaviour.py. The actors are SAC's tanh-Gaussian actors (`agents.networks`);
-`Actor` rebuilds that network, with the same parameter tree, from `mbrl.core.nn`, because `envs` may
-not import `agents` (tests/test_collect.py checks that the two agree).
+scripts/train_behaviour.py. The actors are SAC's tanh-Gaussian actors, the one network and sampler of
+`mbrl.core.tanh_gaussian` that the agents train.
 
 A behaviour policy is a `StepPolicy`, `policy(obs (N, obs_dim), step) -> actions in [-1, 1]`: a pure
 function of its seed and the lockstep step, so a dataset is a pure function of its seed. `stepped`
@@ -17,10 +16,9 @@ import functools
 import itertools
 import json
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from pathlib import Path
 
-import flax.linen as nn
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -28,7 +26,7 @@ from flax import serialization
 
 from envs.lockstep import Policy
 from mbrl.core.errors import ConfigError
-from mbrl.core.nn import MLP
+from mbrl.core.tanh_gaussian import TanhGaussianActor, sample_tanh_gaussian
 from mbrl.core.types import TASK_SPECS
 
 # The shipped policies; MBRL_BEHAVIOUR_DIR points elsewhere (development of new ones).
@@ -36,8 +34,6 @@ BEHAVIOUR_DIR = Path(os.environ.get("MBRL_BEHAVIOUR_DIR") or Path(__file__).reso
 # The least mean return (stochastic, 100 episodes) of a shipped expert: 80% of D4RL's expert reference
 # return (d4rl/infos.py REF_MAX_SCORE).
 EXPERT_BAR = {"hopper": 2590.0, "halfcheetah": 9700.0, "walker2d": 3670.0}
-# agents.networks' bounds on the actor's log standard deviation.
-LOG_STD_MIN, LOG_STD_MAX = -5.0, 2.0
 
 StepPolicy = Callable[[np.ndarray, int], np.ndarray]
 
@@ -71,19 +67,6 @@ def read_record(task: str, name: str) -> dict:
     return json.loads(path.read_text())
 
 
-class Actor(nn.Module):
-    """pi(a|s) = tanh(N(mu(s), sigma(s))); returns (mean, log_std) of the Gaussian."""
-
-    hidden_sizes: Sequence[int]
-    act_dim: int
-
-    @nn.compact
-    def __call__(self, obs):
-        out = MLP(tuple(self.hidden_sizes), 2 * self.act_dim, activation="relu")(obs)
-        mean, log_std = jnp.split(out, 2, axis=-1)
-        return mean, jnp.clip(log_std, LOG_STD_MIN, LOG_STD_MAX)
-
-
 def _restore(task: str, record: dict, count: int | None):
     """(actor, params) from the record's msgpack file, cast to float32; `count` snapshots stored as
     {"0": params, "1": ...} when given."""
@@ -93,7 +76,7 @@ def _restore(task: str, record: dict, count: int | None):
     path = BEHAVIOUR_DIR / record["file"]
     if not path.is_file():
         raise ConfigError(f"{path}: the behaviour policy's parameters are missing (its record names this file)")
-    actor = Actor(tuple(record["hidden_sizes"]), spec.act_dim)
+    actor = TanhGaussianActor(tuple(record["hidden_sizes"]), spec.act_dim)
     one = actor.init(jax.random.PRNGKey(0), jnp.zeros((1, spec.obs_dim)))
     template = one if count is None else {str(i): one for i in range(count)}
     try:
@@ -121,13 +104,12 @@ def load_snapshots(task: str):
 
 
 @functools.partial(jax.jit, static_argnums=0)
-def _sample(actor: Actor, params, key, obs, step):
+def _sample(actor: TanhGaussianActor, params, key, obs, step):
     mean, log_std = actor.apply(params, obs)
-    noise = jax.random.normal(jax.random.fold_in(key, step), mean.shape, mean.dtype)
-    return jnp.tanh(mean + jnp.exp(log_std) * noise)
+    return sample_tanh_gaussian(mean, log_std, jax.random.fold_in(key, step))[0]
 
 
-def actor_policy(actor: Actor, params, seed: int) -> StepPolicy:
+def actor_policy(actor: TanhGaussianActor, params, seed: int) -> StepPolicy:
     """The stochastic actor: a tanh-Gaussian sample with key fold_in(PRNGKey(seed), step), one jitted call
     per lockstep step (compiled once per actor shape, shared by every snapshot and seed)."""
     key = jax.random.PRNGKey(seed)

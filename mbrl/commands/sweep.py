@@ -163,7 +163,7 @@ def sweep(args: SweepArgs) -> int:
 
     settings = settings_of(args)
     enable_compile_cache()
-    from mbrl.train import StopSignal
+    from mbrl.trainer import StopSignal
 
     settings.sweep_dir.mkdir(parents=True, exist_ok=True)
     display = Display(settings, settings.progress)

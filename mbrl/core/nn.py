@@ -6,6 +6,7 @@ einsum rather than M separate networks (and rather than a Python loop over membe
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 
 import jax
@@ -20,6 +21,35 @@ ACTIVATIONS: dict[str, Callable[[jax.Array], jax.Array]] = {
     "gelu": jax.nn.gelu,
     "tanh": jnp.tanh,
 }
+
+
+# Initializations of the Dense layers: "flax" (lecun_normal kernels, zero biases), "torch" (PyTorch nn.Linear:
+# kernel and bias U(-1/sqrt(fan_in), 1/sqrt(fan_in))) and "edac" (CORL's EDAC networks: nn.Linear kernels,
+# biases 0.1, the output layer U(-b, b) with b from `EDAC_OUTPUT_BOUND`).
+INITS = ("flax", "edac", "torch")
+# edge-of-reach agent_training/agent.py: the actor's mu/log_sigma U(±1e-3), the critics' last layer U(±3e-3).
+EDAC_OUTPUT_BOUND = {"actor": 1e-3, "critic": 3e-3}
+
+
+def _uniform(bound: float):
+    def init(key, shape, dtype=jnp.float32):
+        return jax.random.uniform(key, shape, dtype, -bound, bound)
+
+    return init
+
+
+def dense_init(init: str, fan_in: int, out_bound: float | None = None) -> dict:
+    """`kernel_init`/`bias_init` for a Dense layer with `fan_in` inputs; `out_bound` marks EDAC's output layer."""
+    if init == "flax":
+        return {}  # Flax's own defaults, so the default program is unchanged
+    bound = 1.0 / math.sqrt(fan_in)
+    if init == "torch":
+        return {"kernel_init": _uniform(bound), "bias_init": _uniform(bound)}
+    if init == "edac":
+        if out_bound is not None:
+            return {"kernel_init": _uniform(out_bound), "bias_init": _uniform(out_bound)}
+        return {"kernel_init": _uniform(bound), "bias_init": nn.initializers.constant(0.1)}
+    raise ValueError(f"init: expected one of {INITS}, found {init!r}")
 
 
 def truncated_normal_fan_in(key, shape, dtype=jnp.float32):
@@ -92,20 +122,34 @@ class EnsembleMLP(nn.Module):
 
 
 class MLP(nn.Module):
-    """A plain MLP: (..., in) -> (..., out)."""
+    """A plain MLP: (..., in) -> (..., out); LayerNorm (optional) after each hidden Dense, before the activation.
+
+    `init_scheme` (one of INITS) picks the Dense initialisations; "flax" keeps `kernel_init` and zero biases.
+    `edac_network` says which of EDAC's networks this is ("actor" or "critic"), for its output bound and hidden
+    fans: edge-of-reach's critics (agent_training/agent.py VectorizedLinear) store (in, out) weights, so torch's
+    kaiming_uniform_ takes the output width as the fan-in: their hidden kernels are U(±1/sqrt(width out)).
+    """
 
     hidden_dims: Sequence[int]
     out_dim: int
     activation: str = "relu"
     layer_norm: bool = False
     kernel_init: Callable = nn.initializers.lecun_normal()
+    init_scheme: str = "flax"
+    edac_network: str = "critic"
+
+    def _init(self, fan_in: int, out_bound: float | None = None) -> dict:
+        if self.init_scheme == "flax":
+            return {"kernel_init": self.kernel_init}
+        return dense_init(self.init_scheme, fan_in, out_bound)
 
     @nn.compact
     def __call__(self, x: jax.Array) -> jax.Array:
         act = ACTIVATIONS[self.activation]
         for width in self.hidden_dims:
-            x = nn.Dense(width, kernel_init=self.kernel_init)(x)
+            fan = width if self.init_scheme == "edac" and self.edac_network == "critic" else x.shape[-1]
+            x = nn.Dense(width, **self._init(fan))(x)
             if self.layer_norm:
                 x = nn.LayerNorm()(x)
             x = act(x)
-        return nn.Dense(self.out_dim, kernel_init=self.kernel_init)(x)
+        return nn.Dense(self.out_dim, **self._init(x.shape[-1], EDAC_OUTPUT_BOUND[self.edac_network]))(x)

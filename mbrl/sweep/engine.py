@@ -8,7 +8,7 @@ A worker's loop:
 3. ask up to K trials; a trial beyond the N-th non-failed one (two workers asked at once) is given back;
 4. group the trials by what changes the compiled program (shapes, which terms exist, the schedule) and
    by world model (ensemble and fit settings: fitted once per dataset and setting, cached in the sweep
-   directory); train each group as one population (`mbrl.train.train_population`, every trial with the
+   directory); train each group as one population (`mbrl.population.train_population`, every trial with the
    same `--seeds`), beating the heartbeat of its trials meanwhile;
 5. score every member (`mbrl.sweep.objective`) and tell each trial its objective. The offline estimate
    of every trial rolls its policy out in the world model, so a sweep fits one even for BC.
@@ -301,7 +301,7 @@ def trial_config(base, params: dict[str, Any]):
 
 def group_key(config):
     """Trials with the same key run as one population: one compiled program and one world model."""
-    from mbrl.train import compile_key
+    from mbrl.trainer import compile_key
 
     return (compile_key(config), config.schedule, *model_settings(config).values())
 
@@ -320,7 +320,7 @@ class Sweep:
     """One worker on one study."""
 
     def __init__(self, settings: Settings, on_event: Callable[[str], None] | None = None, stop=None):
-        """`stop`: the caller's `mbrl.train.StopSignal` (Ctrl-C and SIGTERM stop after the running epoch)."""
+        """`stop`: the caller's `mbrl.trainer.StopSignal` (Ctrl-C and SIGTERM stop after the running epoch)."""
         import optuna
 
         optuna.logging.set_verbosity(optuna.logging.WARNING)
@@ -486,7 +486,8 @@ class Sweep:
     def run_group(self, members: list[Asked]) -> None:
         from agents import registry
         from mbrl.core.score import normalized_score
-        from mbrl.train import train_population, trainer_of_data
+        from mbrl.population import train_population
+        from mbrl.trainer import trainer_of_data
 
         settings = self.settings
         base = members[0].config

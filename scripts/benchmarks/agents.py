@@ -7,7 +7,7 @@
 - `seeds5_vmapped`: whole training epochs (rollouts, then updates) of 5 seeds in one vmapped program
   against the same 5 seeds run one after the other.
 
-Updates run as the training loop runs them (`mbrl.train.Trainer`): K updates per compiled call, their
+Updates run as the training loop runs them (`mbrl.trainer.Trainer`): K updates per compiled call, their
 batches sampled inside it from device buffers of realistic size. Sizes are halfcheetah's (obs 17,
 act 6). FLOPs per update come from XLA's cost analysis of one compiled update (matmuls are all but
 ~1% of it); `roofline_fraction` divides the achieved FLOP/s by `matmul_gflops`. OfflineRL-Kit is
@@ -59,6 +59,7 @@ def update_flops(trainer) -> float:
     import jax.numpy as jnp
 
     from mbrl.core.types import Transitions
+    from mbrl.trainer import hypers_of
 
     rows = trainer.agent.batch_size
     batch = Transitions(
@@ -66,8 +67,9 @@ def update_flops(trainer) -> float:
         next_obs=jnp.zeros((rows, OBS_DIM)), terminal=jnp.zeros(rows, bool), timeout=jnp.zeros(rows, bool),
     )
     core = trainer.agent.core  # the SAC-N core's single update
-    state = jax.jit(core.init)(jax.random.PRNGKey(0))
-    compiled = jax.jit(core.update).lower(state, batch, jax.random.PRNGKey(0)).compile()
+    hypers = hypers_of(trainer.config)["sac"]
+    state = jax.jit(core.init)(jax.random.PRNGKey(0), hypers)
+    compiled = jax.jit(core.update).lower(state, batch, jax.random.PRNGKey(0), hypers).compile()
     cost = compiled.cost_analysis()
     cost = cost[0] if isinstance(cost, (list, tuple)) else cost
     return float(cost["flops"])
@@ -77,7 +79,7 @@ def _update_rate(algo: str, overrides: dict, quick: bool, repeats: int = 3) -> d
     """Updates/s of the compiled K-update chunk (sampling included) on one seed."""
     import jax
 
-    from mbrl.train import Trainer
+    from mbrl.trainer import Trainer, hypers_of
 
     updates = 50 if quick else 500
     overrides = {**overrides, "schedule": {"updates_per_epoch": updates}}
@@ -85,14 +87,15 @@ def _update_rate(algo: str, overrides: dict, quick: bool, repeats: int = 3) -> d
     real, model = _buffers(trainer, 100_000 if quick else 1_000_000, 50_000 if quick else 250_000)
     if not trainer.uses_model:
         model = None
+    hypers = hypers_of(trainer.config)
 
     def chunk(agent_state, key):
         sample_key, update_key = jax.random.split(key)
         batches = trainer.part.sample(real, model, sample_key, updates)
-        return trainer.agent.update_many(agent_state, batches, update_key)
+        return trainer.agent.update_many(agent_state, batches, update_key, hypers)
 
     chunk = jax.jit(chunk, donate_argnums=0)
-    state = jax.jit(trainer.agent.init)(jax.random.PRNGKey(0))
+    state = jax.jit(trainer.agent.init)(jax.random.PRNGKey(0), hypers)
     state, metrics = chunk(state, jax.random.PRNGKey(1))  # compile
     jax.block_until_ready(metrics)
     best = float("inf")
@@ -138,7 +141,7 @@ def seeds5_vmapped(quick: bool) -> dict:
     import jax
 
     from benchmarks.rollout import _workload
-    from mbrl.train import Trainer, hypers_of, time_epochs
+    from mbrl.trainer import Trainer, hypers_of, time_epochs
 
     seeds = 5
     updates, rollouts = (100, 2_000) if quick else (500, 10_000)

@@ -29,7 +29,7 @@ def _workload(members: int, trajectories: int, horizon: int):
 
     from agents.neubay import NeubayConfig
     from mbrl.config import ScheduleConfig, TrainConfig
-    from mbrl.train import Trainer
+    from mbrl.trainer import Trainer
     from world_models.ensemble import EnsembleConfig, GaussianEnsemble, init_params
     from world_models.model import Normalizer, WorldModel
 
@@ -47,7 +47,7 @@ def _workload(members: int, trajectories: int, horizon: int):
     neubay = NeubayConfig(parallel_size=trajectories, max_episode_steps=horizon, tape_capacity=trajectories,
                           rollout_chunk=min(50, horizon))
     trainer = Trainer(TrainConfig(algo="neubay", neubay=neubay, schedule=ScheduleConfig(epochs=1)), OBS_DIM, ACT_DIM)
-    agent_state = jax.jit(trainer.agent.init)(jax.random.PRNGKey(1))
+    agent_state = jax.jit(trainer.agent.init)(jax.random.PRNGKey(1), trainer.agent.hypers())
     return model, trainer, agent_state, config
 
 
@@ -84,7 +84,7 @@ def neubay_rollout(quick: bool) -> dict:
     from benchmarks.common import matmul_flops_per_s
     from mbrl.core import sequence_replay
     from mbrl.imagination import ExploringPolicy
-    from mbrl.train import hypers_of
+    from mbrl.trainer import hypers_of
     from world_models.rollout import RecurrentStart, rollout
 
     members, trajectories, horizon = (20, 100, 100) if quick else (100, 100, 1_000)

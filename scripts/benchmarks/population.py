@@ -1,7 +1,7 @@
 """A population of configurations in one compiled program against the same configurations in turn.
 
 `population8`: 8 configurations of MOPO's quick preset (halfcheetah-medium's h and real ratio, its BC
-anchor), each with its own lambda and learning rates (traced hyperparameters, `mbrl.train.train_population`'s
+anchor), each with its own lambda and learning rates (traced hyperparameters, `mbrl.population.train_population`'s
 members), trained for whole epochs (rollouts, then updates) as one population of 8, and one after the
 other as populations of 1 that share the compiled program. Both see the same machine in one run. The
 ratio is population updates/s over in-turn updates/s: it says whether batching configurations costs
@@ -35,7 +35,8 @@ def population8(quick: bool) -> dict:
     from benchmarks.agents import ACT_DIM, OBS_DIM, _buffers
     from benchmarks.rollout import _workload
     from mbrl import config as config_io
-    from mbrl.train import Trainer, hypers_of, member_config, time_epochs
+    from mbrl.population import member_config
+    from mbrl.trainer import Trainer, hypers_of, time_epochs
 
     updates, rollouts = (100, 2_000) if quick else (500, 10_000)
     base = config_io.build("mopo", "halfcheetah-medium", "quick",
@@ -142,7 +143,8 @@ def sweep_population(quick: bool) -> dict:
     from envs.tasks import TASKS
     from mbrl import config as config_io
     from mbrl import evaluate as evaluate_module
-    from mbrl.train import Trainer, hypers_of, member_config
+    from mbrl.population import member_config
+    from mbrl.trainer import Trainer, hypers_of
 
     updates, rollouts = (100, 2_000) if quick else (500, 10_000)
     epochs_timed = 1 if quick else 2

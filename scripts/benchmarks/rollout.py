@@ -48,7 +48,7 @@ def _workload(seed: int = 0):
         act_dim=ACT_DIM,
     )
     sac = SACN(SACNConfig(), OBS_DIM, ACT_DIM)  # 2x256 tanh-Gaussian actor
-    actor_params = sac.init(actor_key).actor_params
+    actor_params = sac.init(actor_key, sac.hypers()).actor_params
     return model, MarkovPolicy(sac.act), actor_params, config
 
 

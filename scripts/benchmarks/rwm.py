@@ -8,7 +8,7 @@ fed on their own samples, bootstrap-weighted NLL, global-norm clip, Adam; one co
 head (its bootstrap resamples the minibatch per head); here the history is read once (see the module's docstring).
 
 `mopo_ppo_iteration`: imagined environment steps per second of one whole MOPO-PPO epoch of the training program
-(`mbrl.train.Trainer.run_epoch`): 4,096 real histories drawn, RWM-U warmed up on them, 100 imagined steps with
+(`mbrl.trainer.Trainer.run_epoch`): 4,096 real histories drawn, RWM-U warmed up on them, 100 imagined steps with
 the policy (3x256 ELU), the λ·u penalty, values and GAE, then 5 epochs x 4 minibatches of PPO updates on the
 409,600 rows. --quick: 1,024 environments. The model is randomly initialised (throughput does not depend on
 its weights) and nothing is cut, so every step is valid.
@@ -85,7 +85,7 @@ def rwm_fit(quick: bool) -> dict:
 def mopo_ppo_iteration(quick: bool) -> dict:
     from mbrl import config as config_io
     from mbrl.core.types import DatasetInfo, OfflineDataset, Transitions
-    from mbrl.train import hypers_of, time_epochs, trainer_for
+    from mbrl.trainer import hypers_of, time_epochs, trainer_for
 
     envs = 1024 if quick else 4096
     config = config_io.build("mopo-ppo", "bench", "paper", {
