@@ -30,7 +30,7 @@ import jax.numpy as jnp
 
 from mbrl.core import declaration
 from mbrl.core.errors import ConfigError
-from mbrl.core.types import TASK_SPECS, TaskSpec, find_spec, register_spec
+from mbrl.core.types import TASK_SPECS, TaskSpec, declared_spec, find_spec, register_spec
 
 TerminationFn = Callable[[Any, Any, Any], jax.Array]
 
@@ -226,7 +226,7 @@ def declared_task(decl: declaration.Declaration) -> Task:
             raise ConfigError(f"{decl.path}: field {key!r} = {ref!r} returns shape {tuple(out.shape)} for a batch of 3 "
                               f"transitions; expected (3,): one value per transition")
         fns[key] = fn
-    return make_task(decl.spec(), fns.get("termination"), fns.get("reward"))
+    return make_task(declared_spec(decl), fns.get("termination"), fns.get("reward"))
 
 
 def _import_function(ref: str, path, key: str):

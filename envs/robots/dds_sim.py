@@ -1,4 +1,4 @@
-"""The robot-side DDS node of the ROS 2 topics of `envs.robots.dds` around a Stepper (`envs.robots.serve`); as a
+"""The robot-side DDS node of the ROS 2 topics of `envs.robots.dds` around a Stepper (`envs.robots.stepper`); as a
 program, a Gymnasium env in its own process.
 
     python -m envs.robots.dds_sim --env Hopper-v5 --prefix /hopper [--max-episode-steps N] [--stop-after N] [--log events.jsonl]
@@ -172,7 +172,7 @@ def main(argv: list[str] | None = None) -> int:
     except ImportError as exc:
         print(f"dds_sim: error: cannot import cyclonedds ({exc}); pip install 'offline-mbrl[ros2]'", file=sys.stderr)
         return 2
-    from envs.robots.serve import GymStepper, serve_until_stopped
+    from envs.robots.stepper import GymStepper, serve_until_stopped
 
     try:
         node = DdsSim(GymStepper(args.env, args.max_episode_steps), args.prefix, args.stop_after, args.log)

@@ -1,4 +1,4 @@
-"""The robot-side server of the UDP protocol (`envs.robots.udp`) around a Stepper (`envs.robots.serve`); as a
+"""The robot-side server of the UDP protocol (`envs.robots.udp`) around a Stepper (`envs.robots.stepper`); as a
 program, a Gymnasium env in its own process.
 
     python -m envs.robots.sim_server --env Hopper-v5 --port 5555 [--max-episode-steps N] [--log events.jsonl]
@@ -133,7 +133,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--stop-after", type=int, default=None, help="stop answering after N steps of an episode")
     parser.add_argument("--log", default=None, help="append events as JSON lines to this file")
     args = parser.parse_args(argv)
-    from envs.robots.serve import GymStepper, serve_until_stopped
+    from envs.robots.stepper import GymStepper, serve_until_stopped
 
     try:
         server = SimServer(GymStepper(args.env, args.max_episode_steps), args.host, args.port, args.stop_after, args.log)

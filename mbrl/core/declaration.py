@@ -43,7 +43,6 @@ from pathlib import Path
 from typing import Any
 
 from mbrl.core.errors import ConfigError
-from mbrl.core.types import TaskSpec
 
 _TOP_KEYS = {"name", "control_hz", "max_episode_steps", "reward", "termination", "ref_min_score", "ref_max_score",
              "observation", "action", "import", "description"}
@@ -89,8 +88,9 @@ class Declaration:
     def act_dim(self) -> int:
         return len(self.actions)
 
-    def spec(self) -> TaskSpec:
-        return TaskSpec(
+    def spec_fields(self) -> dict:
+        """The fields of its `mbrl.core.types.TaskSpec` (`types.declared_spec` makes it)."""
+        return dict(
             name=self.name, env_id=None, obs_dim=self.obs_dim, act_dim=self.act_dim,
             action_low=tuple(c.low for c in self.actions), action_high=tuple(c.high for c in self.actions),
             max_episode_steps=self.max_episode_steps, ref_min_score=self.ref_min_score,
@@ -223,8 +223,3 @@ def _function_ref(data: dict, key: str, path: Path) -> str | None:
         file = file if file.is_absolute() else path.parent / file
         return f"{file.resolve()}:{function}"
     return value
-
-
-def declaration_of(spec: TaskSpec) -> Declaration | None:
-    """The declaration a registered spec came from, re-read from its file; None for a built-in task."""
-    return read_declaration(spec.declaration) if spec.declaration else None

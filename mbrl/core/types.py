@@ -207,6 +207,11 @@ def register_spec(spec: TaskSpec, replace: bool = False) -> TaskSpec:
     return spec
 
 
+def declared_spec(decl) -> TaskSpec:
+    """The spec of a robot's declaration (`mbrl.core.declaration.Declaration`)."""
+    return TaskSpec(**decl.spec_fields())
+
+
 def find_spec(name: str | None) -> TaskSpec | None:
     """The spec called `name`, case-insensitively ("dmsd" finds DMSD), else None.
 
@@ -218,11 +223,11 @@ def find_spec(name: str | None) -> TaskSpec | None:
     from mbrl.core import declaration
 
     if declaration.is_declaration_path(name):
-        return register_spec(declaration.read_declaration(name).spec(), replace=True)
+        return register_spec(declared_spec(declaration.read_declaration(name)), replace=True)
     if name in TASK_SPECS:
         return TASK_SPECS[name]
     folded = {key.lower(): spec for key, spec in TASK_SPECS.items()}
     if name.lower() in folded:
         return folded[name.lower()]
     placed = declaration.find_declaration(name)
-    return None if placed is None else register_spec(declaration.read_declaration(placed).spec(), replace=True)
+    return None if placed is None else register_spec(declared_spec(declaration.read_declaration(placed)), replace=True)
