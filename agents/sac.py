@@ -92,6 +92,15 @@ class OnlineSAC:
         agent, metrics = self.core.update_many(state.agent, batches, update_key, hypers, anchor_params)
         return OnlineState(agent=agent, buffer=buffer, key=key), metrics
 
+    def chunk(self, state: OnlineState, rows: Transitions, steps: int, fixed: ReplayBuffer | None, hypers: dict,
+              anchor_params=None) -> tuple[OnlineState, dict | None]:
+        """One chunk, the rows of env steps up to `steps`, in one compiled call: inserted only while `steps` is
+        within the warm-up (`warmup_steps`; metrics None), else inserted then `utd * len(rows)` updates
+        (`_insert_and_update`'s arguments). The one rule every online loop feeds its chunks through."""
+        if steps <= self.config.warmup_steps:
+            return self.insert_only(state, rows), None
+        return self.insert_and_update(state, rows, fixed, hypers, anchor_params)
+
     def chunk_batches(self, buffer: ReplayBuffer, fixed: ReplayBuffer | None, key: jax.Array, updates: int) -> Transitions:
         """The batches of `updates` updates, (updates, batch, ...): `offline_rows` leading rows of each from `fixed`,
         the rest from `buffer`. The buffers do not change during a chunk, so all batches are gathered at once
@@ -116,10 +125,12 @@ class EpisodeLog:
 
 
 class HostLoop:
-    """Steps one env on the host and feeds `OnlineSAC` chunks. Episode i resets with seed `seed + i`.
+    """Steps one gymnasium env on the host and feeds `OnlineSAC.chunk`: behaviour training's loop
+    (scripts/train_behaviour.py). Episode i resets with seed `seed + i`; the warm-up acts uniformly at random.
 
     The policy acts with a jitted call per step (cheap next to one update per step). For an exact resume
-    mid-episode, save `episode_in_progress()` with the simulator's state and restore both.
+    mid-episode, save `episode_in_progress()` with the simulator's state and restore both. Fine-tuning on a
+    robot (`mbrl.finetune`) drives the deploy control loop instead, and feeds the same `OnlineSAC.chunk`.
     """
 
     def __init__(self, sac: OnlineSAC, env, seed: int, action_low, action_high):
@@ -189,9 +200,7 @@ class HostLoop:
             else:
                 self._obs = next_obs
         rows = Transitions(obs=obs, action=act, reward=rew, next_obs=nxt, terminal=term, timeout=tout)
-        if self.env_steps <= self.sac.config.warmup_steps:
-            return self.sac.insert_only(state, rows), None
-        return self.sac.insert_and_update(state, rows, None, self.sac.core.hypers())
+        return self.sac.chunk(state, rows, self.env_steps, None, self.sac.core.hypers())
 
 
 def make_policy(core: SACN, deterministic: bool) -> Callable:

@@ -230,221 +230,324 @@ def run(config: FinetuneConfig | None, run_dir: str | Path, *, resume: bool = Fa
         progress: bool = True) -> FinetuneResult:
     """Fine-tune as `config` says into `run_dir`, or (`resume`) continue the fine-tuning run there from its last
     checkpoint (`robot_uri`: the robot at a new address)."""
-    from agents.sac import OnlineSAC, make_policy
-    from envs.lockstep import markov
-    from envs.robots.connect import check_fit
-    from envs.robots.loop import ControlLoop, EpisodeProgress
-    from envs.robots.safety import SafetyLayer
-    from envs.tasks import get_task
-    from mbrl import datasets
-    from mbrl.checkpoint import Checkpointer
-    from mbrl.core import replay
-    from mbrl.core.score import normalized_score, scores_of
-    from mbrl.core.types import Transitions
-    from mbrl.evaluate import evaluate
-    from mbrl.logging import METRICS_FILE, Progress, RunLogger, plot_learning_curve, read_metrics, truncate_metrics
-
     started = time.perf_counter()
     run_dir = Path(run_dir).absolute()
+    tuning = _Finetuning(_configure(config, run_dir, resume, robot_uri), run_dir, resume, started)
+    tuning.session(progress)
+    return tuning.finish()
+
+
+def _configure(config: FinetuneConfig | None, run_dir: Path, resume: bool, robot_uri: str | None) -> FinetuneConfig:
+    """The run's configuration: the given one for a new run, `finetune.json`'s (at `robot_uri` if given) for a resume."""
     if resume:
         config = _read_config(run_dir)
         if robot_uri is not None:
             config = dataclasses.replace(config, robot=robot_uri)
     elif (run_dir / CONFIG_FILE).exists():
         raise ConfigError(f"{run_dir}: already holds a fine-tuning run; continue it with --resume {run_dir} or choose another --run-dir")
-    source = _source_run(config)
-    obs_dim, act_dim = int(source.facts["obs_dim"]), int(source.facts["act_dim"])
-    offline_sac = source.config.sac
-    sac = OnlineSAC(_online_config(config, offline_sac), obs_dim, act_dim, source.trainer.obs_scale)
-    task = get_task(source.facts["task"]) if source.facts.get("task") else None
-    ref_scores = source.facts.get("ref_scores")
+    return config
 
-    # The online state: the offline agent (or a fresh one) with an empty buffer, or the checkpoint's.
+
+def _online_state(config: FinetuneConfig, source, sac):
+    """The online state: the offline agent (a fresh one with --scratch) with an empty buffer; its key; the anchor,
+    the warm-start policy frozen (a copy: the state's own buffers are donated to the updates), None without BC."""
     key = jax.random.PRNGKey(config.seed)
     state = sac.init(key)
     member = state.agent
     if not config.scratch:
         member = jax.tree.map(lambda x: jnp.asarray(x[config.seed_index]), source.state.agent)
         state = state.replace(agent=member)
-    # The anchor: the warm-start policy, frozen (a copy: the state's own buffers are donated to the updates).
     anchor = jax.tree.map(jnp.copy, member.actor_params) if sac.core.use_bc else None
-    fixed = None
-    if sac.config.offline_rows:
-        fixed = replay.from_transitions(datasets.load(source.config.dataset, task=source.facts.get("task")).transitions)
-    robot, low, high = _robot(config, source)
-    robot.connect()
-    try:
-        low, high = check_fit(robot, f"run {source.run_dir}", obs_dim, act_dim, low, high)
-        if not resume:  # nothing is written before the robot is known to fit
-            run_dir.mkdir(parents=True, exist_ok=True)
-            write_text_atomic(run_dir / CONFIG_FILE, json.dumps(dataclasses.asdict(config) | {"run": str(source.run_dir)}, indent=1) + "\n")
-        checkpointer = Checkpointer(run_dir / "checkpoints")
-        saved = None
-        if resume and checkpointer.latest_epoch() is not None:
-            state, saved = checkpointer.restore(state)
-    except BaseException:
-        robot.disconnect()
-        raise
-    steps = saved["step"] if saved else 0
-    truncate_metrics(run_dir / METRICS_FILE, steps if steps else -1, key="step")  # step 0's record is redone
-    updates = saved["updates"] if saved else 0
-    episodes = saved["episodes"] if saved else 0
-    records = _Records(saved.get("records") if saved else None)
-    rows: list[tuple] = [tuple(np.asarray(v) for v in row) for row in saved["rows"]] if saved else []
-    pending = saved["pending"] if saved else None
-    seconds_before = saved["seconds"] if saved else 0.0
+    return key, state, anchor
 
-    policy = OnlinePolicy(sac, state.agent.actor_params, jax.random.fold_in(key, 1), config.seed,
-                          uniform=config.scratch and steps < config.warmup)
-    policy.calls = saved["policy_calls"] if saved else 0
-    deterministic = make_policy(sac.core, deterministic=True)
-    safety = SafetyLayer(low, high, config.safety)
-    loop = ControlLoop(robot, policy, safety, config.rate or None, run_dir / TICKS_FILE, append_log=resume)
-    logger = RunLogger(run_dir)
-    interrupted: list[str | None] = [None]
-    snapshot: list[dict | None] = [None]
 
-    def evaluation() -> dict | None:
-        if task is None or not config.eval_episodes:
-            return None
-        params, eval_key = state.agent.actor_params, jax.random.PRNGKey(0)
-        result = evaluate(markov(lambda obs: np.asarray(deterministic(params, jnp.asarray(obs), eval_key))), task,
-                          config.eval_episodes, config.eval_seed,
-                          *(ref_scores if ref_scores else (None, None)))
-        return {"return_mean": [result.mean], "return_std": [result.std], "normalized_score":
-                None if result.normalized_score is None else [result.normalized_score],
-                "length_mean": [float(result.lengths.mean())]}
+def _offline_buffer(source, sac):
+    """The offline dataset as a fixed buffer, when a share of every batch comes from it (--retain-offline-ratio)."""
+    from mbrl import datasets
+    from mbrl.core import replay
 
-    def phase() -> str:
-        return "offline" if steps == 0 else "warmup" if steps <= config.warmup else "online"
+    if not sac.config.offline_rows:
+        return None
+    return replay.from_transitions(datasets.load(source.config.dataset, task=source.facts.get("task")).transitions)
 
-    def write_record() -> dict:
-        nonlocal records
-        record = {"step": steps, "updates": updates, "phase": phase(), "episodes": episodes,
+
+class _Finetuning:
+    """One fine-tuning run's state and its phases: set up (`__init__`: the source run, the online SAC state, the robot,
+    the checkpoint to continue from, the control loop), the tick loop (`drive`), the update chunk (`update_chunk`),
+    the record (`write_record`), the checkpoint (`host_state`, `checkpoint`) and finishing (`finish`)."""
+
+    def __init__(self, config: FinetuneConfig, run_dir: Path, resume: bool, started: float):
+        from agents.sac import OnlineSAC
+        from envs.tasks import get_task
+
+        self.config, self.run_dir, self.started = config, run_dir, started
+        self.source = source = _source_run(config)
+        obs_dim, act_dim = int(source.facts["obs_dim"]), int(source.facts["act_dim"])
+        self.sac = OnlineSAC(_online_config(config, source.config.sac), obs_dim, act_dim, source.trainer.obs_scale)
+        self.task = get_task(source.facts["task"]) if source.facts.get("task") else None
+        self.ref_scores = source.facts.get("ref_scores")
+        self.key, self.state, self.anchor = _online_state(config, source, self.sac)
+        self.fixed = _offline_buffer(source, self.sac)
+        self._connect(resume, obs_dim, act_dim)
+        self._continue(self.saved)
+        self._control(resume)
+
+    def _connect(self, resume: bool, obs_dim: int, act_dim: int) -> None:
+        """Connect the robot and check it fits the run; only then write `finetune.json` (a new run) or restore the
+        latest checkpoint (a resume). The robot is disconnected if any of it fails."""
+        from envs.robots.connect import check_fit
+        from mbrl.checkpoint import Checkpointer
+
+        config, run_dir = self.config, self.run_dir
+        self.robot, low, high = _robot(config, self.source)
+        self.robot.connect()
+        try:
+            self.low, self.high = check_fit(self.robot, f"run {self.source.run_dir}", obs_dim, act_dim, low, high)
+            if not resume:  # nothing is written before the robot is known to fit
+                run_dir.mkdir(parents=True, exist_ok=True)
+                write_text_atomic(run_dir / CONFIG_FILE,
+                                  json.dumps(dataclasses.asdict(config) | {"run": str(self.source.run_dir)}, indent=1) + "\n")
+            self.checkpointer = Checkpointer(run_dir / "checkpoints")
+            self.saved = None
+            if resume and self.checkpointer.latest_epoch() is not None:
+                self.state, self.saved = self.checkpointer.restore(self.state)
+        except BaseException:
+            self.robot.disconnect()
+            raise
+
+    def _continue(self, saved: dict | None) -> None:
+        """The host side: zero for a new run, the checkpoint's for a resume; metrics records after it are dropped."""
+        from mbrl.logging import METRICS_FILE, truncate_metrics
+
+        self.steps = saved["step"] if saved else 0
+        truncate_metrics(self.run_dir / METRICS_FILE, self.steps if self.steps else -1, key="step")  # step 0's record is redone
+        self.updates = saved["updates"] if saved else 0
+        self.episodes = saved["episodes"] if saved else 0
+        self.records = _Records(saved.get("records") if saved else None)
+        self.rows: list[tuple] = [tuple(np.asarray(v) for v in row) for row in saved["rows"]] if saved else []
+        self.pending = saved["pending"] if saved else None
+        self.seconds_before = saved["seconds"] if saved else 0.0
+
+    def _control(self, resume: bool) -> None:
+        """The acting policy, the evaluated one, the safety layer and control loop (`ticks.jsonl`), the metrics log."""
+        from agents.sac import make_policy
+        from envs.robots.loop import ControlLoop
+        from envs.robots.safety import SafetyLayer
+        from mbrl.logging import RunLogger
+
+        config = self.config
+        self.policy = OnlinePolicy(self.sac, self.state.agent.actor_params, jax.random.fold_in(self.key, 1), config.seed,
+                                   uniform=config.scratch and self.steps < config.warmup)
+        self.policy.calls = self.saved["policy_calls"] if self.saved else 0
+        self.deterministic = make_policy(self.sac.core, deterministic=True)
+        self.safety = SafetyLayer(self.low, self.high, config.safety)
+        self.loop = ControlLoop(self.robot, self.policy, self.safety, config.rate or None, self.run_dir / TICKS_FILE,
+                                append_log=resume)
+        self.logger = RunLogger(self.run_dir)
+        self.interrupted: str | None = None
+        self.snapshot: dict | None = None  # the host state at a stop, checkpointed after the robot's safe stop
+        self.last_score = "—"
+
+    # ------------------------------------------------------------------ the tick loop
+
+    def session(self, progress: bool) -> None:
+        """The tick loop inside the control loop's session (a safe stop and a disconnect in every case), then the
+        last checkpoint: the stop's host state, or the finished run's."""
+        from mbrl.logging import Progress
+
+        self.bar = Progress(self.config.steps, self.steps, f"fine-tune · {self.config.robot}", enabled=progress, unit="steps")
+        try:
+            with self.bar:
+                self.loop.session(self.drive, connect=False)
+        finally:
+            self.logger.close()
+            if self.snapshot is not None:
+                self.checkpoint(self.snapshot)  # after the robot's safe stop
+            elif self.interrupted is None and self.steps >= self.config.steps:
+                self.checkpoint(self.host_state())
+            self.checkpointer.close()
+
+    def drive(self, signals) -> None:
+        """Tick the robot until the budget of steps is spent, a signal or the watchdog stops it: episodes begin
+        with the robot's reset, a fresh observation after a command the policy chose completes a transition."""
+        config, loop = self.config, self.loop
+        self._restore_episode()
+        if self.steps == 0:
+            self.write_record()
+        while self.steps < config.steps:
+            if loop.progress is None:
+                loop.begin_episode(self.episodes, _reset_seed(config.seed, self.episodes))
+                self.pending = None
+            tick = loop.tick(signals)
+            if tick.obs is None:  # a signal, before this tick observed anything: checkpoint after the stop
+                self._stop(tick.end)
+                return
+            due = self._collect(tick) if tick.fresh and self.pending is not None else False
+            fresh_choice = tick.acted and tick.fresh and tick.sent is not None
+            self.pending = (tick.obs.values.tolist(), tick.sent.tolist()) if fresh_choice else None
+            if tick.end in ("terminated", "truncated"):
+                result = loop.finish_episode(tick.end)
+                self.records.returns.append(result["return"])
+                self.records.lengths.append(result["length"])
+                self.episodes += 1
+            elif tick.end is not None:  # the watchdog: checkpoint after the stop
+                self._stop(tick.end)
+                return
+            if due:  # at the tick's end: the checkpoint holds the tick's outcome too
+                self.checkpoint(self.host_state())
+        if loop.progress is not None:
+            loop.finish_episode("max_steps")
+
+    def _restore_episode(self) -> None:
+        """The checkpoint's episode in progress, put back on a simulated robot at the same address; a networked
+        robot cannot be put back mid-episode: a new episode starts."""
+        from envs.robots.loop import EpisodeProgress
+
+        if not self.saved or self.saved["episode"] is None:
+            return
+        episode = self.saved["episode"]
+        if episode["robot"] is not None and hasattr(self.robot, "restore") and self.saved["robot"] == self.config.robot:
+            self.robot.restore(episode["robot"])
+            self.safety.restore(episode["safety"])
+            self.loop.resume_episode(EpisodeProgress(**episode["progress"]))
+        else:
+            self.pending = None
+
+    def _stop(self, reason: str) -> None:
+        """A signal or the watchdog ended the run: its host state now, checkpointed after the robot's safe stop."""
+        self.interrupted = reason
+        self.snapshot = self.host_state()
+
+    def _collect(self, tick) -> bool:
+        """Store the transition from the pending choice to `tick`'s observation; at a chunk's end the update chunk,
+        at a record's the record. Whether a checkpoint falls due at this tick's end."""
+        config = self.config
+        self.rows.append(self._row(tick))
+        self.steps += 1
+        if len(self.rows) == config.update_every:
+            self.update_chunk()
+            self.bar.update(self.steps, f"{self._phase()} · {self.updates:,} updates · score {self.last_score}")
+        if self.steps % config.eval_every == 0 or self.steps == config.steps:
+            record = self.write_record()
+            if "score_mean" in record:
+                self.last_score = f"{record['score_mean']:.1f}"
+        return self.steps % config.checkpoint_period == 0 and self.steps < config.steps
+
+    def _row(self, tick) -> tuple:
+        """(obs, action, reward, next_obs, terminal, timeout): the action is the command the robot reported sent."""
+        obs, action = self.pending
+        reward, task = tick.reward, self.task
+        if tick.obs.reward is None and task is not None and task.reward_fn is not None:
+            # A robot that reports no reward: the declared rule scores the step.
+            reward = float(task.reward_fn(np.asarray(obs, np.float32)[None], np.asarray(action, np.float32)[None],
+                                          np.asarray(tick.obs.values, np.float32)[None])[0])
+        return (np.asarray(obs, np.float32), np.asarray(action, np.float32), np.float32(reward),
+                tick.obs.values, bool(tick.obs.terminated), bool(tick.obs.truncated))
+
+    # ------------------------------------------------------------------ the update chunk
+
+    def update_chunk(self) -> None:
+        """One compiled call (`OnlineSAC.chunk`): insert the chunk's rows and, past the warm-up, run utd x
+        update_every updates; then the acting policy takes the new actor."""
+        from mbrl.core.types import Transitions
+
+        config = self.config
+        arrays = Transitions(*[np.stack([row[i] for row in self.rows]).astype(dtype) for i, dtype in
+                               enumerate((np.float32, np.float32, np.float32, np.float32, bool, bool))])
+        self.state, metrics = self.sac.chunk(self.state, arrays, self.steps, self.fixed, self._hypers(), self.anchor)
+        if metrics is not None:
+            self.updates += config.update_every * config.utd
+            self.records.add_chunk(metrics)
+        self.rows = []
+        self.policy.params = self.state.agent.actor_params
+        self.policy.uniform = config.scratch and self.steps < config.warmup
+
+    def _hypers(self) -> dict:
+        """The core's traced values for this chunk: the BC anchor's weight moves linearly from --anchor at the
+        warm-up's end to --anchor-final at the run's (constant without it)."""
+        config, sac = self.config, self.sac
+        hypers = dict(sac.core.hypers())
+        if sac.core.use_bc and config.anchor_final is not None:
+            start, left = sac.config.sacn.actor_bc_coef, (config.steps - self.steps) / max(config.steps - config.warmup, 1)
+            hypers["actor_bc_coef"] = jnp.asarray(config.anchor_final + (start - config.anchor_final) * left, jnp.float32)
+        return hypers
+
+    # ------------------------------------------------------------------ the record
+
+    def _phase(self) -> str:
+        return "offline" if self.steps == 0 else "warmup" if self.steps <= self.config.warmup else "online"
+
+    def write_record(self) -> dict:
+        """One record of metrics.jsonl: the counters, the update metrics' means since the last record, the online
+        episodes' returns, the evaluation in simulation and its score (`scores_of`)."""
+        from mbrl.core.score import normalized_score, scores_of
+
+        records, ref_scores = self.records, self.ref_scores
+        record = {"step": self.steps, "updates": self.updates, "phase": self._phase(), "episodes": self.episodes,
                   "train": {name: [value / records.chunks] for name, value in records.sums.items()} if records.chunks else {}}
         if records.returns:
             mean = float(np.mean(records.returns))
             record["online"] = {"episodes": len(records.returns), "return_mean": mean,
                                 "length_mean": float(np.mean(records.lengths)),
                                 "normalized_score": float(normalized_score(mean, *ref_scores)) if ref_scores else None}
-        results = evaluation()
+        results = self._evaluation()
         if results is not None:
             record["eval"] = results
             record["score_mean"] = scores_of(results)[0]
-        record["seconds"] = round(seconds_before + time.perf_counter() - started, 3)
-        logger.log(record)
-        records = _Records()
+        record["seconds"] = self._seconds()
+        self.logger.log(record)
+        self.records = _Records()
         return record
 
-    def host_state() -> dict:
+    def _evaluation(self) -> dict | None:
+        """The deterministic policy's episodes in simulation (`mbrl.evaluate`), when the run's task is known."""
+        from envs.lockstep import markov
+        from mbrl.evaluate import evaluate
+
+        config, ref_scores = self.config, self.ref_scores
+        if self.task is None or not config.eval_episodes:
+            return None
+        params, eval_key, deterministic = self.state.agent.actor_params, jax.random.PRNGKey(0), self.deterministic
+        result = evaluate(markov(lambda obs: np.asarray(deterministic(params, jnp.asarray(obs), eval_key))), self.task,
+                          config.eval_episodes, config.eval_seed, *(ref_scores if ref_scores else (None, None)))
+        return {"return_mean": [result.mean], "return_std": [result.std], "normalized_score":
+                None if result.normalized_score is None else [result.normalized_score],
+                "length_mean": [float(result.lengths.mean())]}
+
+    def _seconds(self) -> float:
+        return round(self.seconds_before + time.perf_counter() - self.started, 3)
+
+    # ------------------------------------------------------------------ the checkpoint
+
+    def host_state(self) -> dict:
         """What a checkpoint holds besides the arrays: counters, the rows not yet inserted, the episode in progress."""
         episode = None
-        if loop.progress is not None:
-            episode = {"progress": dataclasses.asdict(loop.progress), "safety": safety.state(),
+        if self.loop.progress is not None:
+            robot = self.robot
+            episode = {"progress": dataclasses.asdict(self.loop.progress), "safety": self.safety.state(),
                        "robot": robot.snapshot() if hasattr(robot, "snapshot") else None}
-        return {"step": steps, "updates": updates, "episodes": episodes, "policy_calls": policy.calls,
-                "records": records.state(), "rows": [[np.asarray(v).tolist() for v in row] for row in rows],
-                "pending": pending, "episode": episode, "robot": config.robot,
-                "seconds": round(seconds_before + time.perf_counter() - started, 3)}
+        return {"step": self.steps, "updates": self.updates, "episodes": self.episodes, "policy_calls": self.policy.calls,
+                "records": self.records.state(), "rows": [[np.asarray(v).tolist() for v in row] for row in self.rows],
+                "pending": self.pending, "episode": episode, "robot": self.config.robot, "seconds": self._seconds()}
 
-    def checkpoint(host: dict) -> None:
-        checkpointer.save(steps, jax.device_get(state), host)
+    def checkpoint(self, host: dict) -> None:
+        self.checkpointer.save(self.steps, jax.device_get(self.state), host)
 
-    def insert_chunk() -> None:
-        nonlocal state, updates, rows
-        arrays = Transitions(*[np.stack([row[i] for row in rows]).astype(dtype) for i, dtype in
-                               enumerate((np.float32, np.float32, np.float32, np.float32, bool, bool))])
-        if steps <= config.warmup:
-            state = sac.insert_only(state, arrays)
-        else:
-            hypers = dict(sac.core.hypers())
-            if sac.core.use_bc and config.anchor_final is not None:  # linear, from the warm-up's end to the run's
-                start, left = sac.config.sacn.actor_bc_coef, (config.steps - steps) / max(config.steps - config.warmup, 1)
-                hypers["actor_bc_coef"] = jnp.asarray(config.anchor_final + (start - config.anchor_final) * left, jnp.float32)
-            state, metrics = sac.insert_and_update(state, arrays, fixed, hypers, anchor)
-            updates += config.update_every * config.utd
-            records.add_chunk(metrics)
-        rows = []
-        policy.params = state.agent.actor_params
-        policy.uniform = config.scratch and steps < config.warmup
+    # ------------------------------------------------------------------ finishing
 
-    bar = Progress(config.steps, steps, f"fine-tune · {config.robot}", enabled=progress, unit="steps")
-    last_score = ["—"]
+    def finish(self) -> FinetuneResult:
+        """The learning curve, the export of a run that spent its budget, the result."""
+        from mbrl.logging import METRICS_FILE, plot_learning_curve, read_metrics
 
-    def drive(signals) -> None:
-        nonlocal steps, episodes, pending
-        if saved and saved["episode"] is not None:
-            episode = saved["episode"]
-            if episode["robot"] is not None and hasattr(robot, "restore") and saved["robot"] == config.robot:
-                robot.restore(episode["robot"])
-                safety.restore(episode["safety"])
-                loop.resume_episode(EpisodeProgress(**episode["progress"]))
-            else:  # a networked robot cannot be put back mid-episode: a new episode starts
-                pending = None
-        if steps == 0:
-            write_record()
-        while steps < config.steps:
-            if loop.progress is None:
-                loop.begin_episode(episodes, _reset_seed(config.seed, episodes))
-                pending = None
-            tick = loop.tick(signals)
-            if tick.obs is None:  # a signal, before this tick observed anything: checkpoint after the stop
-                interrupted[0] = tick.end
-                snapshot[0] = host_state()
-                return
-            if tick.fresh and pending is not None:
-                obs, action = pending
-                reward = tick.reward
-                if tick.obs.reward is None and task is not None and task.reward_fn is not None:
-                    # A robot that reports no reward: the declared rule scores the step.
-                    reward = float(task.reward_fn(np.asarray(obs, np.float32)[None], np.asarray(action, np.float32)[None],
-                                                  np.asarray(tick.obs.values, np.float32)[None])[0])
-                rows.append((np.asarray(obs, np.float32), np.asarray(action, np.float32), np.float32(reward),
-                             tick.obs.values, bool(tick.obs.terminated), bool(tick.obs.truncated)))
-                steps += 1
-                if len(rows) == config.update_every:
-                    insert_chunk()
-                    bar.update(steps, f"{phase()} · {updates:,} updates · score {last_score[0]}")
-                if steps % config.eval_every == 0 or steps == config.steps:
-                    record = write_record()
-                    if "score_mean" in record:
-                        last_score[0] = f"{record['score_mean']:.1f}"
-                due = steps % config.checkpoint_period == 0 and steps < config.steps
-            else:
-                due = False
-            fresh_choice = tick.acted and tick.fresh and tick.sent is not None
-            pending = (tick.obs.values.tolist(), tick.sent.tolist()) if fresh_choice else None
-            if tick.end in ("terminated", "truncated"):
-                result = loop.finish_episode(tick.end)
-                records.returns.append(result["return"])
-                records.lengths.append(result["length"])
-                episodes += 1
-            elif tick.end is not None:  # the watchdog: checkpoint after the stop
-                interrupted[0] = tick.end
-                snapshot[0] = host_state()
-                return
-            if due:  # at the tick's end: the checkpoint holds the tick's outcome too
-                checkpoint(host_state())
-        if loop.progress is not None:
-            loop.finish_episode("max_steps")
-
-    try:
-        with bar:
-            loop.session(drive, connect=False)
-    finally:
-        logger.close()
-        if snapshot[0] is not None:
-            checkpoint(snapshot[0])  # after the robot's safe stop
-        elif interrupted[0] is None and steps >= config.steps:
-            checkpoint(host_state())
-        checkpointer.close()
-    records_all = read_metrics(run_dir / METRICS_FILE)
-    plot_learning_curve(records_all, run_dir / "learning_curve.png", f"fine-tune on {config.robot}", x_key="step",
-                        x_label="online env steps")
-    export_dir = None
-    if interrupted[0] is None:
-        export_dir = _export(source, state.agent.actor_params, run_dir, config, steps)
-    return FinetuneResult(run_dir, records_all, steps, interrupted[0], export_dir, time.perf_counter() - started)
+        config = self.config
+        records = read_metrics(self.run_dir / METRICS_FILE)
+        plot_learning_curve(records, self.run_dir / "learning_curve.png", f"fine-tune on {config.robot}", x_key="step",
+                            x_label="online env steps")
+        export_dir = None
+        if self.interrupted is None:
+            export_dir = _export(self.source, self.state.agent.actor_params, self.run_dir, config, self.steps)
+        return FinetuneResult(self.run_dir, records, self.steps, self.interrupted, export_dir,
+                              time.perf_counter() - self.started)
 
 
 def _export(source, actor_params, run_dir: Path, config: FinetuneConfig, steps: int) -> Path:
