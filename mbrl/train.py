@@ -219,8 +219,8 @@ def run(
     # A restored state comes back unsharded: (re)shard it here, as a fresh one.
     state, real, world_model = shard_population(state, real, world_model, per_member_model=trainer.per_member_model)
     # A resumed run keeps its members' layout: the two give different roundings.
-    if loaded is not None and facts and facts.get("member_layout"):
-        layout, measured = facts["member_layout"], facts.get("member_layout_rule")
+    if loaded is not None and facts:  # a run from before the choice existed was vmapped
+        layout, measured = facts.get("member_layout", "vmap"), facts.get("member_layout_rule")
     else:
         layout, measured = trainer.choose_layout(state, real, world_model)
     _write_json(run_dir / RUN_FILE, {**read_run_facts(run_dir), "member_layout": layout, "member_layout_rule": measured})

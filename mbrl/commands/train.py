@@ -87,7 +87,7 @@ def print_summary(result) -> None:
             spread = float(np.mean(final["return_std"]))
             table.add_row("estimate", f"greedy return in the world model, {spread:.1f} spread over its elites "
                                       "(no simulator for this dataset)")
-    else:
+    elif result.interrupted is None:
         # No simulator and no world model to imagine in (BC on a robot's logs): say how to judge it instead.
         table.add_row("estimate", f"none: no simulator, and {config.algo} fits no world model; "
                                   f"mbrl ope {result.run_dir} --dataset {config.dataset} estimates it (FQE)")
