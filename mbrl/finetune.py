@@ -502,6 +502,7 @@ class _Finetuning:
     def _evaluation(self) -> dict | None:
         """The deterministic policy's episodes in simulation (`mbrl.evaluate`), when the run's task is known."""
         from envs.lockstep import markov
+        from mbrl.core.score import evaluation_record
         from mbrl.evaluate import evaluate
 
         config, ref_scores = self.config, self.ref_scores
@@ -510,9 +511,7 @@ class _Finetuning:
         params, eval_key, deterministic = self.state.agent.actor_params, jax.random.PRNGKey(0), self.deterministic
         result = evaluate(markov(lambda obs: np.asarray(deterministic(params, jnp.asarray(obs), eval_key))), self.task,
                           config.eval_episodes, config.eval_seed, *(ref_scores if ref_scores else (None, None)))
-        return {"return_mean": [result.mean], "return_std": [result.std], "normalized_score":
-                None if result.normalized_score is None else [result.normalized_score],
-                "length_mean": [float(result.lengths.mean())]}
+        return evaluation_record(result.returns[None], ref_scores, result.lengths[None])
 
     def _seconds(self) -> float:
         return round(self.seconds_before + time.perf_counter() - self.started, 3)

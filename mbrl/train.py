@@ -44,15 +44,12 @@ def offline_evaluation(trainer: Trainer, state: TrainState, *, world_model, data
     """The evaluation record of a run with no simulator: per member, the mean greedy return in the world model over
     its elites (from the dataset's start states, an episode's length) and its spread over elites, normalized where
     reference scores exist; `estimate` says it is one."""
-    from mbrl.core.score import normalized_score
+    from mbrl.core.score import evaluation_record
     from mbrl.sweep.objective import model_returns
 
     horizon = int(dataset.episode_lengths().max())
     returns = model_returns(trainer, state, world_model, dataset, starts=OFFLINE_STARTS, horizon=horizon, seed=seed)
-    out = {"estimate": "model", "return_mean": returns.mean(axis=1).tolist(), "return_std": returns.std(axis=1).tolist()}
-    out["normalized_score"] = (
-        None if ref_scores is None else [float(normalized_score(r, *ref_scores)) for r in returns.mean(axis=1)])
-    return out
+    return evaluation_record(returns, ref_scores, estimate="model")
 
 
 def dataset_reference_scores(dataset, task) -> tuple[float, float] | None:

@@ -322,7 +322,7 @@ class Trainer:
         member's score does not depend on which others ran with it. Recurrent policies carry their memory
         along each episode.
         """
-        from mbrl.core.score import normalized_score
+        from mbrl.core.score import evaluation_record
         from mbrl.evaluate import evaluate
 
         members = len(seeds)
@@ -338,13 +338,8 @@ class Trainer:
 
         reset_seeds = [eval_seed + s * episodes + i for s in seeds for i in range(episodes)]
         result = evaluate(policy, task, episodes=members * episodes, seed=reset_seeds)
-        returns = result.returns.reshape(members, episodes)
-        out = {"return_mean": returns.mean(axis=1).tolist(), "return_std": returns.std(axis=1).tolist()}
-        out["normalized_score"] = (
-            None if ref_scores is None else [float(normalized_score(r, *ref_scores)) for r in returns.mean(axis=1)]
-        )
-        out["length_mean"] = result.lengths.reshape(members, episodes).mean(axis=1).tolist()
-        return out
+        return evaluation_record(result.returns.reshape(members, episodes), ref_scores,
+                                 result.lengths.reshape(members, episodes))
 
 
 POPULATION_AXIS = "population"

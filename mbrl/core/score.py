@@ -15,6 +15,21 @@ def normalized_score(episode_return, ref_min_score: float, ref_max_score: float)
 SCORE_KEY, RETURN_KEY = "normalized_score", "return_mean"
 
 
+def evaluation_record(returns, ref_scores=None, lengths=None, estimate: str | None = None) -> dict:
+    """The one evaluation record of `metrics.jsonl` (training, fine-tuning, an estimate without a simulator): per
+    member (a row of `returns`, (members, episodes)) its mean return and their spread, its normalized score where
+    reference scores exist, and its mean episode length where `lengths` are given; `estimate` names the estimator
+    where the returns are not the robot's or simulator's ("model")."""
+    returns = np.asarray(returns, np.float64)
+    means = returns.mean(axis=1)
+    out = {"estimate": estimate} if estimate else {}
+    out.update(return_mean=means.tolist(), return_std=returns.std(axis=1).tolist(),
+               normalized_score=None if ref_scores is None else [float(normalized_score(r, *ref_scores)) for r in means])
+    if lengths is not None:
+        out["length_mean"] = np.asarray(lengths).mean(axis=1).tolist()
+    return out
+
+
 def score_key(*evaluations: dict) -> str:
     """The key an evaluation record is scored by: its normalized score where every one of `evaluations` has one
     (the task has reference scores), else its mean return. The one fallback every report and objective uses."""
