@@ -375,3 +375,39 @@ def test_translator_covers_the_operations_of_recurrent_policies(onnx_extra):
         np.testing.assert_allclose(got, np.asarray(want), rtol=1e-5, atol=1e-5)  # float32 round-off
     with pytest.raises(OnnxExportError, match="'exp' on complex values"):
         to_onnx(lambda h: jnp.exp(jax.lax.complex(h, h)).real, [np.zeros(3, np.float32)], ["h"], ["out"])
+
+
+def test_off_policy_evaluation_reads_a_recurrent_policys_logged_episodes(neubay_run, capsys):
+    """A recurrent policy's action at a dataset's next state is the one it gives after reading that episode's logged
+    steps from its start (its memory reset there), as a step-by-step loop over the episode gives it; `mbrl ope`
+    then judges the run by FQE."""
+    from mbrl.core.types import PolicyInput
+    from mbrl.datasets import SAMPLE_PATH, load
+    from mbrl.ope.policy import load_policy
+    from test_ope import FAST
+
+    run_dir, _ = neubay_run
+    policy = load_policy(run_dir)
+    assert policy.recurrent
+    dataset = load(SAMPLE_PATH)
+    rows = dataset.transitions.slice(np.arange(int(dataset.episode_starts[2])))  # the first two episodes
+    along = policy.next_actions(rows)
+    run = policy.run
+    agent, params = run.trainer.agent, run.actor_params(0)
+    expected = []
+    for start, end in ((0, int(dataset.episode_starts[1])), (int(dataset.episode_starts[1]), len(rows))):
+        carry = agent.initial_carry(1)
+        prev_action, prev_reward = np.zeros((1, rows.act_dim), np.float32), np.zeros(1, np.float32)
+        for t in range(start, end):
+            step = PolicyInput(rows.obs[t:t + 1], prev_action, prev_reward, np.array([t == start]))
+            _, carry = agent.act(params, carry, step, jax.random.PRNGKey(0), True)
+            prev_action, prev_reward = rows.action[t:t + 1], rows.reward[t:t + 1]
+            nxt = PolicyInput(rows.next_obs[t:t + 1], prev_action, prev_reward, np.array([False]))
+            expected.append(np.asarray(agent.act(params, carry, nxt, jax.random.PRNGKey(0), True)[0])[0])
+    np.testing.assert_allclose(along, np.clip(expected, -1, 1), atol=2e-5)
+    assert np.abs(along[1:] - along[:-1]).max() > 0  # it acts, not a constant
+
+    assert main(["ope", str(run_dir), "--dataset", str(SAMPLE_PATH), "--method", "fqe", "--holdout", "0.3",
+                 "--json", *FAST]) == 0
+    [fqe] = json.loads(capsys.readouterr().out)["estimates"]
+    assert fqe["low"] <= fqe["value"] <= fqe["high"] and np.isfinite(fqe["value"])

@@ -20,14 +20,15 @@ UNAVAILABLE = {
 def fqe_estimate(policy, dataset, initial: np.ndarray, holdout: float, config: FQEConfig) -> dict:
     """FQE's value of `policy`, fitted on `dataset` less a `holdout` fraction of its episodes (or beside its -val
     file), at the `initial` states."""
-    from mbrl.ope.fqe import fit_fqe
+    from mbrl.ope.fqe import fit_fqe_on_actions
     from mbrl.sweep.objective import split_holdout
 
     train, held = split_holdout(dataset, holdout, seed=config.seed)
     if held is None or len(held) == 0:
         raise ConfigError(f"--holdout {holdout}: holds out no episode of {dataset.num_episodes}; FQE checks its fit "
                           "on held-out episodes (a larger fraction, or a dataset with more episodes or a -val file)")
-    result = fit_fqe(policy.act, train.transitions, held, initial, config)
+    result = fit_fqe_on_actions(train.transitions, policy.next_actions(train.transitions), held,
+                                policy.next_actions(held), initial, policy.initial_actions(initial), config)
     low, high = result.interval
     return {"method": "fqe", "kind": "discounted value", "value": result.value, "low": low, "high": high,
             "gamma": config.gamma, "heads": [float(v) for v in result.head_values], "steps": result.steps,

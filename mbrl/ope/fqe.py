@@ -184,6 +184,16 @@ def fit_fqe(policy: Callable, train: Transitions, heldout: Transitions, initial_
             config: FQEConfig = FQEConfig()) -> FQEResult:
     """The value of `policy` (batched obs -> actions in the data's units, jittable) from `train`, checked on
     `heldout`, at `initial_obs` (states, obs_dim)."""
+    return fit_fqe_on_actions(train, policy_actions(policy, train.next_obs), heldout,
+                              policy_actions(policy, heldout.next_obs), initial_obs,
+                              policy_actions(policy, np.asarray(initial_obs, np.float32)), config)
+
+
+def fit_fqe_on_actions(train: Transitions, train_next_action: np.ndarray, heldout: Transitions,
+                       heldout_next_action: np.ndarray, initial_obs: np.ndarray, initial_action: np.ndarray,
+                       config: FQEConfig = FQEConfig()) -> FQEResult:
+    """FQE given the policy's actions at every next state of `train` and `heldout` and at `initial_obs`: how a
+    recurrent policy, whose action depends on its history, is judged (`mbrl.ope.policy.JudgedPolicy`)."""
     if len(heldout) == 0:
         raise DatasetError("FQE: the held-out data is empty; hold out some episodes (--holdout) or give a -val file")
     if len(train) == 0 or len(initial_obs) == 0:
@@ -193,10 +203,14 @@ def fit_fqe(policy: Callable, train: Transitions, heldout: Transitions, initial_
     # Rewards times (1 - γ) over their mean magnitude: every dataset's Q targets are then of order 1, which Adam's
     # steps (about the learning rate per parameter) reach in a few thousand steps rather than 1 / (1 - γ) times more.
     reward_scale = (1.0 - config.gamma) / max(float(np.mean(np.abs(train.reward))), 1e-8)
-    data = arrays(train, policy_actions(policy, train.next_obs), reward_scale)
-    held = arrays(heldout, policy_actions(policy, heldout.next_obs), reward_scale)
+    for name, actions in (("next", train_next_action), ("held-out next", heldout_next_action),
+                          ("initial", initial_action)):
+        if not np.all(np.isfinite(actions)):
+            raise DatasetError(f"the policy gives non-finite actions at the dataset's {name} observations")
+    data = arrays(train, train_next_action, reward_scale)
+    held = arrays(heldout, heldout_next_action, reward_scale)
     start_obs = jnp.asarray(initial_obs, jnp.float32)
-    start_action = jnp.asarray(policy_actions(policy, np.asarray(initial_obs, np.float32)))
+    start_action = jnp.asarray(initial_action, jnp.float32)
     chunk, heldout_td, init, values = fqe_programs(config)
 
     key = jax.random.PRNGKey(config.seed)

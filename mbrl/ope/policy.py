@@ -1,5 +1,11 @@
 """The policy an off-policy estimate judges: a run directory (its latest checkpoint, one training seed) or an
-export (policy.jax and policy.json), as a batched function of observations in the data's units."""
+export (policy.jax and policy.json), as a batched function of observations in the data's units.
+
+A recurrent policy (NEUBAY's; from a run directory) acts on its history, which a dataset gives only as the logging
+policy's: its action at a state is taken after reading the episode's logged observations, actions and rewards up to
+that state, its memory reset at each episode's start (`next_actions`). That is an approximation where its own
+actions would have led elsewhere, as every estimate from logged data is.
+"""
 
 from __future__ import annotations
 
@@ -8,17 +14,69 @@ import json
 from collections.abc import Callable
 from pathlib import Path
 
+import jax
+import jax.numpy as jnp
+import numpy as np
+
 from mbrl.core.errors import ConfigError
+from mbrl.core.types import Transitions
 
 
 @dataclasses.dataclass
 class JudgedPolicy:
-    act: Callable  # (batch, obs_dim) -> (batch, act_dim), jittable: the deployed deterministic policy
+    act: Callable | None  # (batch, obs_dim) -> (batch, act_dim), jittable: the deployed deterministic Markov policy
     obs_dim: int
     act_dim: int
     source: str
     run: object | None = None  # the `mbrl.train.LoadedRun` behind a run directory (its critics, its world model)
     member: int = 0  # the run's training seed index
+    # A recurrent policy instead: the export's per-sample step (obs, prev_action, prev_reward, first, *carry) ->
+    # (action, policy_action, *carry) and its initial carry's leaves.
+    step: Callable | None = None
+    initial_carry: tuple = ()
+
+    @property
+    def recurrent(self) -> bool:
+        return self.step is not None
+
+    def initial_actions(self, obs: np.ndarray) -> np.ndarray:
+        """Its actions at episode starts `obs` (states, obs_dim)."""
+        from mbrl.ope.fqe import policy_actions
+
+        obs = np.asarray(obs, np.float32)
+        if not self.recurrent:
+            return policy_actions(self.act, obs)
+        n = len(obs)
+        out = jax.jit(jax.vmap(lambda o: self.step(o, jnp.zeros(self.act_dim, jnp.float32), jnp.zeros((), jnp.float32),
+                                                   jnp.ones((), bool), *self.initial_carry)[0]))(jnp.asarray(obs))
+        return np.asarray(out, np.float32).reshape(n, self.act_dim)
+
+    def next_actions(self, t: Transitions) -> np.ndarray:
+        """Its action at each row's next observation; a recurrent policy reads the rows in order, an episode
+        ending where a row is terminal or a timeout."""
+        from mbrl.ope.fqe import policy_actions
+
+        if not self.recurrent:
+            return policy_actions(self.act, t.next_obs)
+        ends = np.asarray(t.terminal, bool) | np.asarray(t.timeout, bool)
+        first = np.concatenate([[True], ends[:-1]])
+        prev_action = np.where(first[:, None], 0.0, np.concatenate([np.zeros((1, self.act_dim)), t.action[:-1]]))
+        prev_reward = np.where(first, 0.0, np.concatenate([[0.0], t.reward[:-1]]))
+        rows = tuple(jnp.asarray(x, dtype) for x, dtype in (
+            (t.obs, jnp.float32), (prev_action, jnp.float32), (prev_reward, jnp.float32), (first, bool),
+            (t.next_obs, jnp.float32), (t.action, jnp.float32), (t.reward, jnp.float32)))
+        start = tuple(jnp.asarray(x) for x in self.initial_carry)
+
+        def body(carry, row):
+            obs, prev_a, prev_r, is_first, next_obs, action, reward = row
+            carry = tuple(jnp.where(is_first, s, c) for s, c in zip(start, carry))
+            _, _, *carry = self.step(obs, prev_a, prev_r, is_first, *carry)
+            next_action = self.step(next_obs, action, reward, jnp.zeros((), bool), *carry)[0]
+            return tuple(carry), next_action
+
+        _, actions = jax.jit(lambda rows: jax.lax.scan(body, start, rows))(rows)
+        actions = np.asarray(actions, np.float32)
+        return actions
 
 
 def load_policy(path: str | Path, seed_index: int = 0) -> JudgedPolicy:
@@ -33,8 +91,8 @@ def load_policy(path: str | Path, seed_index: int = 0) -> JudgedPolicy:
 
 
 def _refuse_recurrent(source: str) -> None:
-    raise ConfigError(f"{source}: a recurrent policy (its action depends on its history); off-policy evaluation "
-                      "takes Markov policies so far")
+    raise ConfigError(f"{source}: an export of a recurrent policy; judge its run directory instead (off-policy "
+                      "evaluation reads a recurrent policy's history from the run's own agent)")
 
 
 def _from_run(run_dir: Path, seed_index: int) -> JudgedPolicy:
@@ -56,7 +114,9 @@ def policy_of_run(run, params, source: str, metadata: dict, member: int = 0) -> 
 
     spec = run_policy_spec(run, params, Path(source).name, metadata)
     if spec.recurrent:
-        _refuse_recurrent(source)
+        carry = tuple(jax.tree.leaves(jax.tree.map(lambda x: np.stack([x.real, x.imag], axis=-1)
+                                                   if np.iscomplexobj(x) else x, spec.initial_carry)))
+        return JudgedPolicy(None, spec.obs_dim, spec.act_dim, source, run, member, policy_function(spec), carry)
     return JudgedPolicy(jax.vmap(policy_function(spec)), spec.obs_dim, spec.act_dim, source, run, member)
 
 
