@@ -19,10 +19,8 @@ from __future__ import annotations
 
 import dataclasses
 import importlib
-import importlib.util
 import re
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 import jax
@@ -230,17 +228,8 @@ def declared_task(decl: declaration.Declaration) -> Task:
 
 
 def _import_function(ref: str, path, key: str):
-    module_name, _, function = ref.rpartition(":")
     try:
-        if module_name.endswith(".py"):
-            spec = importlib.util.spec_from_file_location(f"mbrl_declared_{Path(module_name).stem}", module_name)
-            if spec is None or not Path(module_name).is_file():
-                raise FileNotFoundError(f"no such file {module_name}")
-            module = importlib.util.module_from_spec(spec)
-            spec.loader.exec_module(module)
-        else:
-            module = importlib.import_module(module_name)
-        fn = getattr(module, function)
+        fn = declaration.import_reference(ref)
     except Exception as exc:  # noqa: BLE001 - an import that fails is the declaration's problem
         raise ConfigError(f"{path}: field {key!r} = {ref!r} does not import "
                           f"({type(exc).__name__}: {' '.join(str(exc).split())[:200]})") from None

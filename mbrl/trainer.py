@@ -52,7 +52,7 @@ from agents.networks import ObsScale
 from mbrl import imagination
 from mbrl.config import TrainConfig
 from mbrl.core.errors import ConfigError
-from mbrl.core.files import write_text_atomic
+from mbrl.core.files import cache_dir, write_text_atomic
 from mbrl.core.replay import ReplayBuffer
 from mbrl.core.types import PolicyInput
 
@@ -383,8 +383,8 @@ def _machine() -> str:
 
 
 def _layouts_path() -> Path | None:
-    where = os.environ.get("MBRL_CACHE_DIR", str(Path.home() / ".cache" / "mbrl" / "jax"))
-    return None if where.lower() in ("off", "0", "none", "") else Path(where) / LAYOUTS_FILE
+    where = cache_dir()
+    return None if where is None else where / LAYOUTS_FILE
 
 
 def _read_layouts() -> dict:

@@ -27,11 +27,9 @@ def serve(stepper: Stepper, robot: str, *, stop_after: int | None = None, log: s
     """Serve `stepper` at `robot` (udp://HOST:PORT or ros2:PREFIX) until SIGTERM; 0 on a clean exit."""
     if robot.startswith("udp://"):
         from envs.robots.sim_server import SimServer
+        from envs.robots.udp import parse_address
 
-        host, _, port = robot[len("udp://"):].rpartition(":")
-        if not host or not port.isdigit() or not 0 <= int(port) < 65536:
-            raise ValueError(f"--robot {robot!r}: expected udp://HOST:PORT with a port in 0..65535 (0: any free port)")
-        host, port = host.strip("[]"), int(port)
+        host, port = parse_address(robot, any_port=True)
         server = SimServer(stepper, host, port, stop_after=stop_after, log_path=log)
         return serve_until_stopped(server, f"listening on {server.address[0]}:{server.address[1]}")
     if robot.startswith("ros2:"):

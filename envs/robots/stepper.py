@@ -4,7 +4,6 @@ one episode at a time; a Gymnasium env (`GymStepper`) or a user's class (`UserSt
 
 from __future__ import annotations
 
-import importlib
 import signal
 from typing import Any, Protocol, runtime_checkable
 
@@ -119,9 +118,11 @@ def load_stepper(ref: str, task=None) -> UserStepper:
     module_name, sep, attr = ref.rpartition(":")
     if not sep or not module_name or not attr.isidentifier():
         raise ValueError(f"--step {ref!r}: expected module:Class, such as mypackage.robot:Robot")
+    from mbrl.core.declaration import import_reference
+
     try:
-        factory = getattr(importlib.import_module(module_name), attr)
-    except (ImportError, AttributeError) as exc:
+        factory = import_reference(ref)
+    except (ImportError, AttributeError, OSError) as exc:
         raise ValueError(f"--step {ref!r} does not import ({type(exc).__name__}: {exc})") from None
     return UserStepper(factory(), task=task, where=ref)
 

@@ -73,14 +73,16 @@ class Message:
         return bytes(self.payload).decode("utf-8", "replace")
 
 
-def parse_address(uri: str) -> tuple[str, int]:
-    """("host", port) from udp://HOST:PORT."""
+def parse_address(uri: str, any_port: bool = False) -> tuple[str, int]:
+    """("host", port) from udp://HOST:PORT; `any_port` (a server's address) also takes port 0, any free one."""
     from mbrl.core.errors import ConfigError
 
     rest = uri.removeprefix("udp://")
     host, _, port = rest.rpartition(":")
-    if not host or not port.isdigit() or not 0 < int(port) < 65536:
-        raise ConfigError(f"--robot {uri!r}: expected udp://HOST:PORT with a port in 1..65535")
+    lowest = 0 if any_port else 1
+    if not host or not port.isdigit() or not lowest <= int(port) < 65536:
+        raise ConfigError(f"--robot {uri!r}: expected udp://HOST:PORT with a port in {lowest}..65535"
+                          + (" (0: any free port)" if any_port else ""))
     return host.strip("[]"), int(port)
 
 

@@ -8,7 +8,6 @@ Options come from the config dataclasses (`mbrl.config.TrainArgs`): `--algo mopo
 
 from __future__ import annotations
 
-import os
 import signal
 import time
 from pathlib import Path
@@ -22,12 +21,14 @@ def enable_compile_cache() -> None:
     `mbrl train` with the same shapes skips most of its compile time. MBRL_CACHE_DIR=off disables it."""
     import jax
 
-    where = os.environ.get("MBRL_CACHE_DIR", str(Path.home() / ".cache" / "mbrl" / "jax"))
-    if where.lower() in ("off", "0", "none", ""):
+    from mbrl.core.files import cache_dir
+
+    where = cache_dir()
+    if where is None:
         return
     try:
-        Path(where).mkdir(parents=True, exist_ok=True)
-        jax.config.update("jax_compilation_cache_dir", where)
+        where.mkdir(parents=True, exist_ok=True)
+        jax.config.update("jax_compilation_cache_dir", str(where))
         jax.config.update("jax_persistent_cache_min_compile_time_secs", 1.0)
     except (OSError, AttributeError):  # a read-only home or an older jax: compile as usual
         pass

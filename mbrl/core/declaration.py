@@ -107,8 +107,9 @@ def is_declaration_path(text: str | os.PathLike | None) -> bool:
 
 def tasks_dir() -> Path:
     """Where declarations are found by name: `$MBRL_DATA_DIR/tasks/NAME.toml`."""
-    root = Path(os.environ.get("MBRL_DATA_DIR") or Path.home() / ".mbrl" / "datasets").expanduser()
-    return root / "tasks"
+    from mbrl.core.dataset_registry import data_dir
+
+    return data_dir() / "tasks"
 
 
 def find_declaration(name: str) -> Path | None:
@@ -209,6 +210,24 @@ def _channels(data: dict, key: str, where: str, bounds_required: bool) -> tuple[
             raise ConfigError(f"{at} ({name}): give 'topic' and 'field' together")
         channels.append(Channel(name=name, low=low, high=high, **text))
     return tuple(channels)
+
+
+def import_reference(ref: str):
+    """The object `module:name` (an importable module) or `/path/file.py:name` names; ImportError, AttributeError or
+    OSError (a missing file) as Python raises them, for the caller to name its field or option."""
+    import importlib
+    import importlib.util
+
+    module_name, _, name = ref.rpartition(":")
+    if module_name.endswith(".py"):
+        if not Path(module_name).is_file():
+            raise FileNotFoundError(f"no such file {module_name}")
+        spec = importlib.util.spec_from_file_location(f"mbrl_declared_{Path(module_name).stem}", module_name)
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+    else:
+        module = importlib.import_module(module_name)
+    return getattr(module, name)
 
 
 def _function_ref(data: dict, key: str, path: Path) -> str | None:

@@ -6,6 +6,13 @@ import os
 from pathlib import Path
 
 
+def cache_dir() -> Path | None:
+    """Where compiled programs (and what is measured about them) are kept between runs: `$MBRL_CACHE_DIR`, default
+    ~/.cache/mbrl/jax; None where it is `off`."""
+    where = os.environ.get("MBRL_CACHE_DIR", str(Path.home() / ".cache" / "mbrl" / "jax"))
+    return None if where.lower() in ("off", "0", "none", "") else Path(where)
+
+
 def write_text_atomic(path: str | Path, text: str) -> Path:
     """Write `text` to a temp file beside `path`, then rename it over `path` (the temp name carries the pid:
     sweep workers may write the same file at once)."""
