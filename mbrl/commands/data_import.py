@@ -134,11 +134,14 @@ def finish_episodes(imported: importers.Imported, decl: Declaration, reward_fn, 
 
 
 def _check_finite(values: np.ndarray, origins: np.ndarray, channels, kind: str, locate) -> None:
-    bad = np.argwhere(~np.isfinite(values))
+    """validate.check_finite's rule (no NaN, no Inf, none beyond float32), naming the channel and the tick."""
+    from mbrl.datasets.validate import FLOAT32_MAX
+
+    bad = np.argwhere(~(np.abs(values) <= FLOAT32_MAX))
     if bad.size:
         row, dim = bad[0]
         raise DatasetError(f"{locate(origins[row])}: {kind} {channels[dim].name!r} is {values[row, dim]}; "
-                           f"expected a finite number")
+                           f"expected a finite float32 value")
 
 
 def _write(out: Path, decl: Declaration, imported: importers.Imported, episodes, force: bool) -> None:
