@@ -6,7 +6,9 @@ its batch inside `jit` (update-to-data ratio 1 in SAC; fine-tuning runs higher).
 is fixed, as in SpinningUp's `update_every=50`. A batch may take a fixed share of its rows from a second,
 fixed buffer (offline data kept during fine-tuning), passed to each call rather than held in the state.
 
-Agents do not import `envs`: the caller passes a gymnasium-style env (reset(seed=) / step(action)).
+Agents do not import `envs`: the callers step the env and hand the rows over. Behaviour training steps a
+gymnasium env through the one env loop (`envs.lockstep.Lockstep`, scripts/train_behaviour.py); fine-tuning on
+a robot drives the deploy control loop (`mbrl.finetune`). Both feed the same `OnlineSAC.chunk`.
 """
 
 from __future__ import annotations
@@ -17,7 +19,6 @@ from collections.abc import Callable
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 from flax import struct
 
 from agents.sac_n import SACN, SACNConfig, SACNState
@@ -115,92 +116,6 @@ class OnlineSAC:
         own = shaped(replay.sample(buffer, own_key, updates * (batch - from_fixed)))
         kept = shaped(replay.sample(fixed, fixed_key, updates * from_fixed))
         return jax.tree.map(lambda a, b: jnp.concatenate([a, b.astype(a.dtype)], axis=1), kept, own)
-
-
-@dataclasses.dataclass
-class EpisodeLog:
-    returns: list = dataclasses.field(default_factory=list)
-    lengths: list = dataclasses.field(default_factory=list)
-    end_steps: list = dataclasses.field(default_factory=list)
-
-
-class HostLoop:
-    """Steps one gymnasium env on the host and feeds `OnlineSAC.chunk`: behaviour training's loop
-    (scripts/train_behaviour.py). Episode i resets with seed `seed + i`; the warm-up acts uniformly at random.
-
-    The policy acts with a jitted call per step (cheap next to one update per step). For an exact resume
-    mid-episode, save `episode_in_progress()` with the simulator's state and restore both. Fine-tuning on a
-    robot (`mbrl.finetune`) drives the deploy control loop instead, and feeds the same `OnlineSAC.chunk`.
-    """
-
-    def __init__(self, sac: OnlineSAC, env, seed: int, action_low, action_high):
-        self.sac = sac
-        self.env = env
-        self.seed = seed
-        self.low = np.asarray(action_low, np.float32)
-        self.high = np.asarray(action_high, np.float32)
-        self.rng = np.random.default_rng(seed)  # warm-up actions
-        self.act_key = jax.random.PRNGKey(seed ^ 0x5AC)
-        self.env_steps = 0
-        self.episodes = 0
-        self.log = EpisodeLog()
-        self._obs = None
-
-    def _reset(self):
-        self._obs, _ = self.env.reset(seed=self.seed + self.episodes)
-        self._episode_return = 0.0
-        self._episode_length = 0
-
-    def episode_in_progress(self) -> dict | None:
-        """The host side of the current episode (None between episodes), for an exact resume."""
-        if self._obs is None:
-            return None
-        return {"obs": np.asarray(self._obs).tolist(), "return": self._episode_return, "length": self._episode_length}
-
-    def resume_episode(self, episode: dict) -> None:
-        """Reset with this episode's seed and restore the host side; the caller restores the simulator."""
-        self._reset()
-        self._obs = np.asarray(episode["obs"], dtype=np.asarray(self._obs).dtype)
-        self._episode_return = episode["return"]
-        self._episode_length = episode["length"]
-
-    def to_env(self, action):
-        return self.low + (np.asarray(action) + 1.0) * 0.5 * (self.high - self.low)
-
-    def run_chunk(self, state: OnlineState) -> tuple[OnlineState, dict | None]:
-        """K env steps, then one compiled insert (+ K updates once past the warm-up)."""
-        k = self.sac.config.chunk_steps
-        obs_dim, act_dim = self.sac.obs_dim, self.sac.act_dim
-        obs = np.zeros((k, obs_dim), np.float32)
-        act = np.zeros((k, act_dim), np.float32)
-        rew = np.zeros(k, np.float32)
-        nxt = np.zeros((k, obs_dim), np.float32)
-        term = np.zeros(k, bool)
-        tout = np.zeros(k, bool)
-        warm = self.env_steps < self.sac.config.warmup_steps
-        actor = None if warm else state.agent.actor_params
-        for i in range(k):
-            if self._obs is None:
-                self._reset()
-            if warm:
-                a = self.rng.uniform(-1.0, 1.0, act_dim).astype(np.float32)
-            else:
-                a = np.asarray(self.sac.policy_step(actor, self._obs, self.act_key, self.env_steps))
-            next_obs, reward, terminated, truncated, _ = self.env.step(self.to_env(a))
-            obs[i], act[i], rew[i], nxt[i], term[i], tout[i] = self._obs, a, reward, next_obs, terminated, truncated
-            self.env_steps += 1
-            self._episode_return += float(reward)
-            self._episode_length += 1
-            if terminated or truncated:
-                self.log.returns.append(self._episode_return)
-                self.log.lengths.append(self._episode_length)
-                self.log.end_steps.append(self.env_steps)
-                self.episodes += 1
-                self._obs = None
-            else:
-                self._obs = next_obs
-        rows = Transitions(obs=obs, action=act, reward=rew, next_obs=nxt, terminal=term, timeout=tout)
-        return self.sac.chunk(state, rows, self.env_steps, None, self.sac.core.hypers())
 
 
 def make_policy(core: SACN, deterministic: bool) -> Callable:

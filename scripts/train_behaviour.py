@@ -24,6 +24,7 @@ if __name__ == "__main__":  # run as a script, not imported (tests): the flags w
     os.environ.setdefault("JAX_PLATFORMS", "cpu")
 
 import argparse  # noqa: E402
+import dataclasses  # noqa: E402
 import json  # noqa: E402
 import signal  # noqa: E402
 import sys  # noqa: E402
@@ -38,7 +39,8 @@ from flax import serialization  # noqa: E402
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from agents.sac import HostLoop, OnlineSAC, OnlineState, SACConfig, make_policy  # noqa: E402
+from agents.sac import OnlineSAC, OnlineState, SACConfig, make_policy  # noqa: E402
+from envs import lockstep  # noqa: E402
 from envs.behaviour import EXPERT_BAR, stepped  # noqa: E402
 from envs.collect import make_env  # noqa: E402
 from mbrl.core.types import TASK_SPECS, Transitions  # noqa: E402
@@ -65,39 +67,83 @@ def atomic_write_bytes(path: Path, data: bytes) -> None:
     os.replace(tmp, path)
 
 
-def simulator_state(loop: HostLoop) -> dict | None:
+@dataclasses.dataclass
+class OnlineRun:
+    """Behaviour training's host side around the one env loop (`envs.lockstep.Lockstep`, one slot): the warm-up
+    acts uniformly at random (a numpy stream of the seed), then the actor samples with key (seed ^ 0x5AC, env
+    step); episode i resets with seed `seed + i`. Each chunk is K env steps, then one compiled `OnlineSAC.chunk`."""
+
+    sac: OnlineSAC
+    env: object
+    loop: lockstep.Lockstep
+    rng: np.random.Generator
+    act_key: jax.Array
+    returns: list = dataclasses.field(default_factory=list)
+    lengths: list = dataclasses.field(default_factory=list)
+    end_steps: list = dataclasses.field(default_factory=list)
+
+    @classmethod
+    def start(cls, sac: OnlineSAC, env, seed: int) -> "OnlineRun":
+        loop = lockstep.Lockstep([env], lambda slot, episode: seed + episode, unit_actions=True, transitions=True)
+        return cls(sac, env, loop, np.random.default_rng(seed), jax.random.PRNGKey(seed ^ 0x5AC))
+
+    @property
+    def env_steps(self) -> int:
+        return self.loop.steps[0]
+
+    def run_chunk(self, state: OnlineState) -> tuple[OnlineState, dict | None]:
+        sac = self.sac
+        start = self.env_steps
+        warm = start < sac.config.warmup_steps
+        actor = state.agent.actor_params
+
+        def act(inputs):
+            if warm:
+                return self.rng.uniform(-1.0, 1.0, (1, sac.act_dim)).astype(np.float32)
+            return np.asarray(sac.policy_step(actor, inputs.obs[0], self.act_key, self.env_steps))[None]
+
+        self.loop.advance(act, steps=sac.config.chunk_steps)
+        rows = Transitions(*self.loop.take_transitions(0))
+        for episode, end in zip(self.loop.take_finished(0), np.flatnonzero(rows.terminal | rows.timeout)):
+            self.returns.append(episode.episode_return)
+            self.lengths.append(len(episode))
+            self.end_steps.append(start + int(end) + 1)
+        return sac.chunk(state, rows, self.env_steps, None, sac.core.hypers())
+
+
+def simulator_state(run: OnlineRun) -> dict | None:
     """The episode in progress with MuJoCo's full integration state and the time-limit counter."""
-    episode = loop.episode_in_progress()
+    episode = run.loop.in_progress(0)
     if episode is None:
         return None
-    raw = loop.env.unwrapped
+    raw = run.env.unwrapped
     spec = mujoco.mjtState.mjSTATE_INTEGRATION
     mj_state = np.empty(mujoco.mj_stateSize(raw.model, spec), np.float64)
     mujoco.mj_getState(raw.model, raw.data, mj_state, spec)
-    return {**episode, "mj_state": mj_state.tolist(), "elapsed_steps": loop.env._elapsed_steps}
+    return {**episode, "mj_state": mj_state.tolist(), "elapsed_steps": run.env._elapsed_steps}
 
 
-def restore_simulator(loop: HostLoop, saved: dict) -> None:
-    loop.resume_episode(saved)
-    raw = loop.env.unwrapped
+def restore_simulator(run: OnlineRun, saved: dict) -> None:
+    run.loop.resume(0, saved)
+    raw = run.env.unwrapped
     mujoco.mj_setState(raw.model, raw.data, np.asarray(saved["mj_state"], np.float64), mujoco.mjtState.mjSTATE_INTEGRATION)
-    loop.env._elapsed_steps = saved["elapsed_steps"]
+    run.env._elapsed_steps = saved["elapsed_steps"]
 
 
-def save_checkpoint(path: Path, state: OnlineState, loop: HostLoop, extra: dict) -> None:
+def save_checkpoint(path: Path, state: OnlineState, run: OnlineRun, extra: dict) -> None:
     size = int(state.buffer.size)
     arrays = {f"agent_{i}": np.asarray(x) for i, x in enumerate(jax.tree.leaves(state.agent))}
     arrays["key"] = np.asarray(state.key)  # a raw uint32 PRNGKey
     for field in ("obs", "action", "reward", "next_obs", "terminal", "timeout"):
         arrays[f"buffer_{field}"] = np.asarray(getattr(state.buffer.data, field)[:size])
     progress = {
-        "env_steps": loop.env_steps,
-        "episodes": loop.episodes,
-        "returns": loop.log.returns,
-        "lengths": loop.log.lengths,
-        "end_steps": loop.log.end_steps,
-        "rng": loop.rng.bit_generator.state,
-        "episode_in_progress": simulator_state(loop),
+        "env_steps": run.env_steps,
+        "episodes": len(run.returns),
+        "returns": run.returns,
+        "lengths": run.lengths,
+        "end_steps": run.end_steps,
+        "rng": run.rng.bit_generator.state,
+        "episode_in_progress": simulator_state(run),
         **extra,
     }
     arrays["progress"] = np.frombuffer(json.dumps(progress).encode(), np.uint8)
@@ -109,7 +155,7 @@ def save_checkpoint(path: Path, state: OnlineState, loop: HostLoop, extra: dict)
     os.replace(tmp, path)
 
 
-def load_checkpoint(path: Path, sac: OnlineSAC, state: OnlineState, loop: HostLoop) -> tuple[OnlineState, dict]:
+def load_checkpoint(path: Path, sac: OnlineSAC, state: OnlineState, run: OnlineRun) -> tuple[OnlineState, dict]:
     with np.load(path) as z:
         treedef = jax.tree.structure(state.agent)
         leaves = [z[f"agent_{i}"] for i in range(treedef.num_leaves)]
@@ -123,12 +169,12 @@ def load_checkpoint(path: Path, sac: OnlineSAC, state: OnlineState, loop: HostLo
     capacity = buffer.data.reward.shape[0]
     buffer = buffer.replace(data=data, size=jax.numpy.asarray(size, jax.numpy.int32),
                             insert_pos=jax.numpy.asarray(size % capacity, jax.numpy.int32))
-    loop.env_steps = progress["env_steps"]
-    loop.episodes = progress["episodes"]
-    loop.log.returns, loop.log.lengths, loop.log.end_steps = progress["returns"], progress["lengths"], progress["end_steps"]
-    loop.rng.bit_generator.state = progress["rng"]
-    if progress.get("episode_in_progress"):  # older checkpoints lack it: those start a new episode
-        restore_simulator(loop, progress["episode_in_progress"])
+    run.loop.steps[0] = progress["env_steps"]
+    run.loop.episodes[0] = progress["episodes"]
+    run.returns, run.lengths, run.end_steps = progress["returns"], progress["lengths"], progress["end_steps"]
+    run.rng.bit_generator.state = progress["rng"]
+    if (progress.get("episode_in_progress") or {}).get("rewards") is not None:  # older checkpoints: a new episode
+        restore_simulator(run, progress["episode_in_progress"])
     return OnlineState(agent=agent, buffer=buffer, key=key), progress
 
 
@@ -140,17 +186,17 @@ def train(args) -> None:
     cfg = sac_config(args.task)
     sac = OnlineSAC(cfg, spec.obs_dim, spec.act_dim)
     env = make_env(args.task)
-    loop = HostLoop(sac, env, args.seed, env.action_space.low, env.action_space.high)
+    online = OnlineRun.start(sac, env, args.seed)
     state = sac.init(jax.random.PRNGKey(args.seed))
     extra = {"seed": args.seed, "task": args.task, "above_bar": 0, "done": False}
     if ckpt_path.exists():
-        state, progress = load_checkpoint(ckpt_path, sac, state, loop)
+        state, progress = load_checkpoint(ckpt_path, sac, state, online)
         extra.update({k: progress[k] for k in ("above_bar", "done") if k in progress})
         if progress.get("seed", args.seed) != args.seed:
             raise SystemExit(f"{ckpt_path} was trained with seed {progress['seed']}, not {args.seed}")
-        print(f"resumed {args.task} at env step {loop.env_steps}", flush=True)
-    if extra["done"] or loop.env_steps >= args.max_steps:
-        print(f"{args.task}: already done at {loop.env_steps} steps", flush=True)
+        print(f"resumed {args.task} at env step {online.env_steps}", flush=True)
+    if extra["done"] or online.env_steps >= args.max_steps:
+        print(f"{args.task}: already done at {online.env_steps} steps", flush=True)
         return
 
     stop = {"flag": False}
@@ -164,15 +210,15 @@ def train(args) -> None:
     stochastic = make_policy(sac.core, deterministic=False)
     deterministic = make_policy(sac.core, deterministic=True)
     eval_key = jax.random.PRNGKey(args.seed + 12345)
-    t0, steps0, metrics = time.time(), loop.env_steps, None
-    while loop.env_steps < args.max_steps and not stop["flag"]:
-        state, m = loop.run_chunk(state)
+    t0, steps0, metrics = time.time(), online.env_steps, None
+    while online.env_steps < args.max_steps and not stop["flag"]:
+        state, m = online.run_chunk(state)
         metrics = m if m is not None else metrics
-        fine = args.fine is not None and args.fine[0] <= loop.env_steps <= args.fine[1]
-        if loop.env_steps % (args.fine[2] if fine else args.snapshot_every):
+        fine = args.fine is not None and args.fine[0] <= online.env_steps <= args.fine[1]
+        if online.env_steps % (args.fine[2] if fine else args.snapshot_every):
             continue
         actor = state.agent.actor_params
-        step = loop.env_steps
+        step = online.env_steps
         atomic_write_bytes(run_dir / "snapshots" / f"actor_{step:08d}.msgpack", serialization.to_bytes(actor))
         eval_seed = 1_000_000 + step
 
@@ -186,7 +232,7 @@ def train(args) -> None:
             "return_stochastic": float(sto.mean()),
             "return_stochastic_std": float(sto.std()),
             "return_deterministic": float(det.mean()),
-            "train_return_last10": float(np.mean(loop.log.returns[-10:])) if loop.log.returns else None,
+            "train_return_last10": float(np.mean(online.returns[-10:])) if online.returns else None,
         }
         if metrics is not None:
             record.update({k: float(v) for k, v in metrics.items()})
@@ -195,10 +241,10 @@ def train(args) -> None:
         bar = EXPERT_BAR[args.task] * args.margin
         extra["above_bar"] = extra["above_bar"] + 1 if record["return_stochastic"] >= bar else 0
         extra["done"] = extra["above_bar"] >= 2
-        save_checkpoint(ckpt_path, state, loop, extra)
+        save_checkpoint(ckpt_path, state, online, extra)
         now = time.time()
-        rate = (loop.env_steps - steps0) / max(now - t0, 1e-9)
-        t0, steps0 = now, loop.env_steps
+        rate = (online.env_steps - steps0) / max(now - t0, 1e-9)
+        t0, steps0 = now, online.env_steps
         print(
             f"{time.strftime('%H:%M:%S')} {args.task} step {step} | stoch {record['return_stochastic']:.0f}"
             f" det {record['return_deterministic']:.0f} | {rate:.1f} env-steps/s over the last interval"
@@ -209,9 +255,9 @@ def train(args) -> None:
         if extra["done"]:
             print(f"{args.task}: expert bar {bar:.0f} cleared twice; stopping", flush=True)
             break
-    if stop["flag"] or loop.env_steps >= args.max_steps:
-        save_checkpoint(ckpt_path, state, loop, extra)
-        print(f"{args.task}: checkpoint saved at {loop.env_steps} steps", flush=True)
+    if stop["flag"] or online.env_steps >= args.max_steps:
+        save_checkpoint(ckpt_path, state, online, extra)
+        print(f"{args.task}: checkpoint saved at {online.env_steps} steps", flush=True)
 
 
 def _actor_template(task: str):

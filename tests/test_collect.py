@@ -205,6 +205,33 @@ def test_lockstep_is_deterministic_for_a_seed(lockstep_runs):
     assert not np.array_equal(flat[0][0], flat[2][0])
 
 
+def test_lockstep_in_chunks_equals_one_run_and_hands_over_its_steps():
+    """Online training's use: steps taken 7 at a time, episodes carried across calls, then the cut, give the
+    episodes one call gives; the steps handed over are the episodes' own transitions, in order."""
+    policy = lockstep.markov(hopper_act)
+    whole = lockstep.run([gym.make("Hopper-v5")], policy, reset_seed, steps=100, record=True)[0]
+    chunked = lockstep.Lockstep([gym.make("Hopper-v5")], reset_seed, transitions=True)
+    rows = []
+    for _ in range(100 // 7 + 1):
+        chunked.advance(policy, steps=min(7, 100 - chunked.steps[0]))
+        rows.append(chunked.take_transitions(0))
+    chunked.cut()
+    episodes = chunked.take_finished(0)
+    assert len(episodes) == len(whole) >= 2 and chunked.take_finished(0) == []
+    for a, b in zip(episodes, whole):
+        np.testing.assert_array_equal(a.rewards, b.rewards)
+        np.testing.assert_array_equal(a.truncations, b.truncations)
+        assert a.episode_return == b.episode_return
+    obs, action, reward, next_obs, terminated, truncated = (np.concatenate(c) for c in zip(*rows))
+    assert len(obs) == 100
+    np.testing.assert_array_equal(obs, np.concatenate([ep.observations[:-1] for ep in whole]))
+    np.testing.assert_array_equal(next_obs, np.concatenate([ep.observations[1:] for ep in whole]))
+    np.testing.assert_array_equal(action, np.concatenate([ep.actions for ep in whole]))
+    np.testing.assert_array_equal(reward, np.concatenate([ep.rewards for ep in whole]))
+    ends = np.flatnonzero(terminated | truncated)
+    np.testing.assert_array_equal(ends + 1, np.cumsum([len(ep) for ep in whole])[:-1])  # the last is cut, not ended
+
+
 @pytest.mark.parametrize("continuous", [False, True])
 def test_segments_switch_policy_mid_episode_only_when_continuous(continuous):
     """medium-replay's segments continue the run's episodes across a policy change; others start afresh."""

@@ -10,7 +10,7 @@ import optax
 import pytest
 
 from mbrl.core.tanh_gaussian import sample_tanh_gaussian
-from agents.sac import HostLoop, OnlineSAC, SACConfig
+from agents.sac import OnlineSAC, SACConfig
 from agents.sac_n import SACN, SACNConfig
 from mbrl.core.errors import ConfigError
 from mbrl.core.types import Transitions
@@ -165,16 +165,30 @@ def test_edac_needs_two_critics():
         SACNConfig(num_critics=1, eta=1.0)
 
 
-def _online_run(sac: OnlineSAC, seed: int):
-    env = gym.make("Hopper-v5")
+@pytest.fixture(scope="module")
+def behaviour_script():
+    """scripts/train_behaviour.py, whose online run (the one env loop feeding `OnlineSAC.chunk`) these tests drive."""
+    import importlib.util
+    import sys
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "scripts" / "train_behaviour.py"
+    spec = importlib.util.spec_from_file_location("train_behaviour", path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # its dataclasses look their module up
+    spec.loader.exec_module(module)
+    return module
+
+
+def _online_run(tb, sac: OnlineSAC, seed: int, chunks: int = 4):
     state = sac.init(jax.random.PRNGKey(seed))
     initial_actor = jax.tree.map(np.asarray, state.agent.actor_params)
-    loop = HostLoop(sac, env, seed, env.action_space.low, env.action_space.high)
+    run = tb.OnlineRun.start(sac, gym.make("Hopper-v5"), seed)
     metrics = None
-    for _ in range(4):
-        state, m = loop.run_chunk(state)
+    for _ in range(chunks):
+        state, m = run.run_chunk(state)
         metrics = m if m is not None else metrics
-    return state, loop, metrics, initial_actor
+    return state, run, metrics, initial_actor
 
 
 @pytest.fixture(scope="module")
@@ -186,13 +200,13 @@ def online_sac():
 
 
 @pytest.fixture(scope="module")
-def two_online_runs(online_sac):
-    return _online_run(online_sac, 0), _online_run(online_sac, 0)
+def two_online_runs(behaviour_script, online_sac):
+    return _online_run(behaviour_script, online_sac, 0), _online_run(behaviour_script, online_sac, 0)
 
 
 def test_online_sac_runs_chunks_and_learns_from_its_buffer(two_online_runs):
-    (state, loop, metrics, initial_actor), _ = two_online_runs
-    assert loop.env_steps == 200 and int(state.buffer.size) == 200
+    (state, run, metrics, initial_actor), _ = two_online_runs
+    assert run.env_steps == 200 and int(state.buffer.size) == 200
     assert int(state.agent.step) == 100  # updates start after the 100 warm-up steps, one per env step
     assert all(np.isfinite(float(v)) for v in metrics.values())
     changed = [not np.allclose(a, b) for a, b in zip(jax.tree.leaves(initial_actor), jax.tree.leaves(state.agent.actor_params))]
@@ -202,45 +216,38 @@ def test_online_sac_runs_chunks_and_learns_from_its_buffer(two_online_runs):
     ends = data.terminal[:199] | data.timeout[:199]
     cont = np.flatnonzero(~ends)
     np.testing.assert_array_equal(data.next_obs[cont], data.obs[cont + 1])
+    # Every ended episode is logged where the buffer ends it, with its rewards' sum.
+    end_rows = np.flatnonzero(data.terminal[:200] | data.timeout[:200])
+    assert len(run.returns) == len(end_rows) > 0
+    assert run.end_steps == [int(e) + 1 for e in end_rows]
+    starts = np.concatenate([[0], end_rows[:-1] + 1])
+    np.testing.assert_allclose(run.returns, [data.reward[a:b + 1].sum() for a, b in zip(starts, end_rows)], rtol=1e-5)
 
 
 def test_online_sac_is_deterministic_for_a_seed(two_online_runs):
-    (a, loop_a, _, _), (b, loop_b, _, _) = two_online_runs
+    (a, run_a, _, _), (b, run_b, _, _) = two_online_runs
     for x, y in zip(jax.tree.leaves(a), jax.tree.leaves(b)):
         np.testing.assert_array_equal(np.asarray(x), np.asarray(y))
-    assert loop_a.log.returns == loop_b.log.returns
+    assert run_a.returns == run_b.returns
 
 
-def test_behaviour_training_resumes_exactly_mid_episode(tmp_path, online_sac, two_online_runs):
+def test_behaviour_training_resumes_exactly_mid_episode(tmp_path, behaviour_script, online_sac, two_online_runs):
     """A checkpoint taken mid-episode and restored continues bit for bit (scripts/train_behaviour.py)."""
-    import importlib.util
-    from pathlib import Path
+    tb, sac = behaviour_script, online_sac
+    (state_a, run_a, _, _), _ = two_online_runs  # 4 chunks uninterrupted, seed 0
 
-    path = Path(__file__).resolve().parents[1] / "scripts" / "train_behaviour.py"
-    spec = importlib.util.spec_from_file_location("train_behaviour", path)
-    tb = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(tb)
-    sac = online_sac
-    (state_a, loop_a, _, _), _ = two_online_runs  # 4 chunks uninterrupted, seed 0
-
-    def fresh():
-        env = gym.make("Hopper-v5")
-        return sac.init(jax.random.PRNGKey(0)), HostLoop(sac, env, 0, env.action_space.low, env.action_space.high)
-
-    state_b, loop_b = fresh()
-    for _ in range(3):
-        state_b, _ = loop_b.run_chunk(state_b)
-    assert loop_b.episode_in_progress() is not None  # the checkpoint falls inside an episode
+    state_b, run_b, _, _ = _online_run(tb, sac, 0, chunks=3)
+    assert run_b.loop.in_progress(0) is not None  # the checkpoint falls inside an episode
     ckpt = tmp_path / "checkpoint.npz"
-    tb.save_checkpoint(ckpt, state_b, loop_b, {"seed": 0})
-    state_c, loop_c = fresh()
-    state_c, progress = tb.load_checkpoint(ckpt, sac, state_c, loop_c)
+    tb.save_checkpoint(ckpt, state_b, run_b, {"seed": 0})
+    state_c, run_c = sac.init(jax.random.PRNGKey(0)), tb.OnlineRun.start(sac, gym.make("Hopper-v5"), 0)
+    state_c, progress = tb.load_checkpoint(ckpt, sac, state_c, run_c)
     assert progress["env_steps"] == 150
-    state_c, _ = loop_c.run_chunk(state_c)
+    state_c, _ = run_c.run_chunk(state_c)
 
     for x, y in zip(jax.tree.leaves(state_a), jax.tree.leaves(state_c)):
         np.testing.assert_array_equal(np.asarray(x), np.asarray(y))
-    assert loop_a.log.returns == loop_c.log.returns and loop_a.env_steps == loop_c.env_steps
+    assert run_a.returns == run_c.returns and run_a.end_steps == run_c.end_steps and run_a.env_steps == run_c.env_steps
 
 
 def test_layer_norm_critic_stays_bounded_far_from_the_data():
