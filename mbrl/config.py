@@ -107,7 +107,8 @@ class SelectConfig:
     """Which checkpoint `mbrl export` takes.
 
     by: last (the latest checkpoint) | fqe (per training seed, the checkpoint whose FQE estimate is best, by the low
-        end of its interval: every checkpoint is kept and judged from the data after training; Markov policies).
+        end of its interval: every checkpoint is kept and judged from the data after training; a recurrent policy acts
+        on each logged episode's history).
     fqe_steps: FQE's most gradient steps per checkpoint and training seed.
     holdout: the fraction of episodes FQE's fit is checked on (a NeoRL-2 -val file instead, where there is one).
     """

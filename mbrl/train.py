@@ -177,8 +177,6 @@ def run(
     # The dataset and its task first: a bad file or declaration leaves no run directory behind.
     dataset = dataset if dataset is not None else datasets.load(config.dataset, task=config.task)
     task = find_task(dataset.info.task)
-    if config.select.by == "fqe" and registry.make(config, dataset.info.obs_dim, dataset.info.act_dim).recurrent:
-        raise ConfigError(f"select.by fqe: {config.algo}'s policy is recurrent; FQE judges Markov policies so far")
     if not resume:
         run_dir.mkdir(parents=True, exist_ok=True)
         config_io.save(config, run_dir / "config.json")

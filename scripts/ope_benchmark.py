@@ -5,10 +5,14 @@ discounted return from simulated episodes.
     python scripts/ope_benchmark.py --dataset neorl2:DMSD --runs RUN_DIR [RUN_DIR ...] --episodes 100 \\
         --untrained 2 --out results/ope/dmsd
 
-Policies: every training seed of every run directory given (any Markov algorithm; named PARENT/RUN#SEED), plus `--untrained N`
-deliberately bad ones (the first run's agent at N fresh initialisations). Truth: `--episodes` simulated episodes
-per policy from fixed reset seeds; the discounted return with FQE's γ (what FQE estimates) and the undiscounted one
-(the normalized score). Metrics per estimator, against the discounted truth: Spearman's rank correlation, regret@1
+Policies: every training seed of every run directory given (any Markov algorithm; named PARENT/RUN#SEED; with
+`--every-checkpoint`, each kept checkpoint, PARENT/RUN@EPOCH#SEED), `--behaviour` the shipped behaviour actors of the
+dataset's task (medium, expert and the medium-replay snapshots, each acting by its mode), plus `--untrained N`
+deliberately bad ones (the first run's agent at N fresh initialisations). `--world-model DIR` judges every Markov
+policy in that one model (else each run in its own, and the others not). Truth: `--episodes` simulated episodes
+per policy from fixed reset seeds; the discounted return with FQE's γ (what FQE and the critic estimate) and the
+undiscounted one over the task's episodes (what the model estimates; the normalized score). Metrics per estimator,
+against the truth of its kind: Spearman's rank correlation, regret@1
 (the true value lost by picking the estimator's best, over the true range), and the mean absolute error over the
 true range; each with a 95% bootstrap interval over policies. `fqe_lcb` ranks by the low end of FQE's interval. Writes OUT/policies.jsonl (one line per policy) and
 OUT/metrics.json, and prints the metrics as JSON lines.
@@ -68,6 +72,53 @@ def untrained_policies(run_dir: Path, count: int):
     return out
 
 
+def behaviour_policies(task: str):
+    """The shipped behaviour actors of `task` (envs/behaviour), each acting by its tanh-Gaussian's mode: medium,
+    expert and the medium-replay run's snapshots, from random-like to medium."""
+    import jax
+
+    from envs.behaviour import load_actor, load_snapshots, read_record
+    from mbrl.core.tanh_gaussian import tanh_gaussian_mode
+    from mbrl.core.types import TASK_SPECS
+    from mbrl.ope.policy import JudgedPolicy
+
+    spec = TASK_SPECS[task]
+
+    def judged(actor, params, name):
+        act = jax.jit(lambda obs: tanh_gaussian_mode(actor.apply(params, obs)[0]))
+        return name, JudgedPolicy(act, spec.obs_dim, spec.act_dim, name)
+
+    out = [judged(*load_actor(task, level), f"behaviour/{level}") for level in ("medium", "expert")]
+    actor, snapshots = load_snapshots(task)
+    steps = read_record(task, "medium_replay")["snapshot_steps"]
+    out += [judged(actor, params, f"behaviour/snapshot@{step}") for params, step in zip(snapshots, steps)]
+    return out
+
+
+def run_policies(run_dir: Path, every_checkpoint: bool):
+    """Every training seed of a run at its latest checkpoint, or at each kept checkpoint."""
+    from mbrl.checkpoint import Checkpointer
+    from mbrl.ope.policy import load_policy, policy_of_run
+    from mbrl.train import load_run
+
+    name = f"{run_dir.parent.name}/{run_dir.name}"
+    if not every_checkpoint:
+        run = load_run(run_dir)
+        return [(f"{name}#{i}", load_policy(run_dir, i)) for i in range(len(run.seeds))]
+    checkpointer = Checkpointer(run_dir / "checkpoints", max_to_keep=None)
+    try:
+        epochs = sorted(checkpointer.all_epochs())
+    finally:
+        checkpointer.close()
+    out = []
+    for epoch in epochs:
+        run = load_run(run_dir, epoch=epoch)
+        for i in range(len(run.seeds)):
+            metadata = {"algo": run.config.algo, "train_seed": run.seeds[i], "run_dir": str(run_dir), "epoch": epoch}
+            out.append((f"{name}@{epoch}#{i}", policy_of_run(run, run.actor_params(i), str(run_dir), metadata, i)))
+    return out
+
+
 def metrics(estimates: np.ndarray, truth: np.ndarray, rng: np.random.Generator, draws: int = 1000) -> dict:
     from mbrl.sweep.objective import spearman
 
@@ -91,6 +142,10 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--dataset", required=True)
     parser.add_argument("--runs", nargs="+", required=True, type=Path)
+    parser.add_argument("--every-checkpoint", action="store_true", help="each kept checkpoint of a run, not its latest")
+    parser.add_argument("--behaviour", action="store_true", help="also the task's shipped behaviour actors")
+    parser.add_argument("--world-model", type=Path, default=None, help="one model that judges every Markov policy")
+    parser.add_argument("--starts", type=int, default=64, help="model estimate: imagined episodes per elite")
     parser.add_argument("--untrained", type=int, default=2)
     parser.add_argument("--episodes", type=int, default=100)
     parser.add_argument("--eval-seed", type=int, default=50_000)
@@ -108,7 +163,6 @@ def main(argv=None) -> int:
     from mbrl.core.score import normalized_score, reference_scores
     from mbrl.ope.estimates import critic_estimate, fqe_estimate, model_estimate
     from mbrl.ope.fqe import FQEConfig
-    from mbrl.ope.policy import load_policy
 
     dataset = datasets.load(args.dataset)
     task = find_task(dataset.info.task)
@@ -121,10 +175,9 @@ def main(argv=None) -> int:
     ref = reference_scores(dataset.info.ref_min_score, dataset.info.ref_max_score, task)
     policies = []
     for run_dir in args.runs:
-        from mbrl import config as config_io
-
-        seeds = config_io.load(run_dir / "config.json").seeds
-        policies += [(f"{run_dir.parent.name}/{run_dir.name}#{i}", load_policy(run_dir, i)) for i in range(seeds)]
+        policies += run_policies(run_dir, args.every_checkpoint)
+    if args.behaviour:
+        policies += behaviour_policies(task.name)
     policies += untrained_policies(args.runs[0], args.untrained)
 
     args.out.mkdir(parents=True, exist_ok=True)
@@ -140,7 +193,7 @@ def main(argv=None) -> int:
                "true_normalized": None if ref is None else float(normalized_score(undiscounted, *ref))}
         for method, estimate in (("fqe", fqe_estimate(policy, dataset, initial, args.holdout, fqe)),
                                  ("critic", critic_estimate(policy, initial)),
-                                 ("model", model_estimate(policy, dataset, None, 64, None))):
+                                 ("model", model_estimate(policy, dataset, args.world_model, args.starts, None))):
             if estimate is not None:
                 row[method] = {k: estimate[k] for k in ("value", "low", "high")}
         done[name] = row
@@ -149,19 +202,22 @@ def main(argv=None) -> int:
         print(json.dumps(row), flush=True)
 
     rows = [done[name] for name, _ in policies]
-    truth = np.array([r["true_discounted"] for r in rows])
     rng = np.random.default_rng(0)
     out = {"dataset": args.dataset, "policies": len(rows), "episodes": args.episodes, "gamma": args.gamma,
            "fqe_steps": args.fqe_steps, "target_every": args.target_every, "truth_steps": args.truth_steps,
            "methods": {}}
     # fqe_lcb: FQE's interval's low end, the pessimistic choice (off the data, the heads disagree and it falls).
-    for method, source, field in (("fqe", "fqe", "value"), ("fqe_lcb", "fqe", "low"), ("critic", "critic", "value"),
-                                  ("model", "model", "value")):
+    # Each against the truth of its kind: FQE and the critic estimate the discounted value, the model the return.
+    for method, source, field, truth_of in (("fqe", "fqe", "value", "true_discounted"),
+                                            ("fqe_lcb", "fqe", "low", "true_discounted"),
+                                            ("critic", "critic", "value", "true_discounted"),
+                                            ("model", "model", "value", "true_return")):
         have = [i for i, r in enumerate(rows) if source in r]
         if len(have) < 3:
             continue
         estimates = np.array([rows[i][source][field] for i in have])
-        out["methods"][method] = {"policies": len(have), **metrics(estimates, truth[have], rng)}
+        truth = np.array([rows[i][truth_of] for i in have])
+        out["methods"][method] = {"policies": len(have), "truth": truth_of, **metrics(estimates, truth, rng)}
         print(json.dumps({"method": method, **out["methods"][method]}))
     (args.out / "metrics.json").write_text(json.dumps(out, indent=1))
     return 0

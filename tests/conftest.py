@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+import sys
 import os
 from pathlib import Path
 
@@ -50,6 +51,7 @@ def load_script():
         path = Path(__file__).resolve().parents[1] / "scripts" / f"{name}.py"
         spec = importlib.util.spec_from_file_location(name, path)
         module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module  # its dataclasses look their module up
         spec.loader.exec_module(module)
         return module
 

@@ -383,7 +383,9 @@ def test_off_policy_evaluation_reads_a_recurrent_policys_logged_episodes(neubay_
     then judges the run by FQE."""
     from mbrl.core.types import PolicyInput
     from mbrl.datasets import SAMPLE_PATH, load
-    from mbrl.ope.policy import load_policy
+    from mbrl.ope.fqe import FQEConfig
+    from mbrl.ope.policy import agent_policy, load_policy
+    from mbrl.sweep.objective import fqe_values, split_holdout
     from test_ope import FAST
 
     run_dir, _ = neubay_run
@@ -406,6 +408,14 @@ def test_off_policy_evaluation_reads_a_recurrent_policys_logged_episodes(neubay_
             expected.append(np.asarray(agent.act(params, carry, nxt, jax.random.PRNGKey(0), True)[0])[0])
     np.testing.assert_allclose(along, np.clip(expected, -1, 1), atol=2e-5)
     assert np.abs(along[1:] - along[:-1]).max() > 0  # it acts, not a constant
+    # The agent's own greedy policy (the sweep's and the selection's FQE) reads the history the same way.
+    own = agent_policy(agent, params, "member 0")
+    assert own.recurrent
+    np.testing.assert_allclose(np.clip(own.next_actions(rows), -1, 1), along, atol=2e-5)
+    train, held = split_holdout(dataset, 0.3, seed=0)
+    fast = FQEConfig(steps=400, chunk=100, min_steps=200, hidden_sizes=(32, 32))
+    [(value, low)] = fqe_values(run.trainer, jax.tree.map(lambda x: x[:1], run.state), train, held, fast)
+    assert np.isfinite(value) and low <= value
 
     assert main(["ope", str(run_dir), "--dataset", str(SAMPLE_PATH), "--method", "fqe", "--holdout", "0.3",
                  "--json", *FAST]) == 0

@@ -166,18 +166,9 @@ def test_edac_needs_two_critics():
 
 
 @pytest.fixture(scope="module")
-def behaviour_script():
+def behaviour_script(load_script):
     """scripts/train_behaviour.py, whose online run (the one env loop feeding `OnlineSAC.chunk`) these tests drive."""
-    import importlib.util
-    import sys
-    from pathlib import Path
-
-    path = Path(__file__).resolve().parents[1] / "scripts" / "train_behaviour.py"
-    spec = importlib.util.spec_from_file_location("train_behaviour", path)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # its dataclasses look their module up
-    spec.loader.exec_module(module)
-    return module
+    return load_script("train_behaviour")
 
 
 def _online_run(tb, sac: OnlineSAC, seed: int, chunks: int = 4):

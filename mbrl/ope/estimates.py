@@ -3,6 +3,8 @@ FQE, the run's own critics, and the greedy return in its world model (the sweep'
 
 from __future__ import annotations
 
+import dataclasses
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -12,23 +14,21 @@ from mbrl.ope.fqe import FQEConfig
 
 UNAVAILABLE = {
     "critic": "the policy has no critics of its own here (a run of the SAC-N family: --algo mopo or ravl)",
-    "model": "no MLP world model: the policy is not a run with one (or its own is RWM-U); give --world-model DIR with a "
-             "run directory",
+    "model": "no MLP world model: the policy is not a run with one (or its own is RWM-U); give --world-model DIR",
 }
 
 
 def fqe_estimate(policy, dataset, initial: np.ndarray, holdout: float, config: FQEConfig) -> dict:
     """FQE's value of `policy`, fitted on `dataset` less a `holdout` fraction of its episodes (or beside its -val
     file), at the `initial` states."""
-    from mbrl.ope.fqe import fit_fqe_on_actions
+    from mbrl.ope.policy import fqe_of
     from mbrl.sweep.objective import split_holdout
 
     train, held = split_holdout(dataset, holdout, seed=config.seed)
     if held is None or len(held) == 0:
         raise ConfigError(f"--holdout {holdout}: holds out no episode of {dataset.num_episodes}; FQE checks its fit "
                           "on held-out episodes (a larger fraction, or a dataset with more episodes or a -val file)")
-    result = fit_fqe_on_actions(train.transitions, policy.next_actions(train.transitions), held,
-                                policy.next_actions(held), initial, policy.initial_actions(initial), config)
+    result = fqe_of(policy, train.transitions, held, initial, config)
     low, high = result.interval
     return {"method": "fqe", "kind": "discounted value", "value": result.value, "low": low, "high": high,
             "gamma": config.gamma, "heads": [float(v) for v in result.head_values], "steps": result.steps,
@@ -58,17 +58,28 @@ def critic_estimate(policy, initial: np.ndarray) -> dict | None:
             "detail": f"γ {core.config.gamma}, min over {len(per_critic)} critics; biased: trained on its own targets"}
 
 
+@dataclasses.dataclass(frozen=True)
+class _MarkovPolicy:
+    """A deterministic Markov policy `act(obs batch) -> actions` as a `world_models.rollout` PolicyFn."""
+
+    act: Callable
+
+    def __call__(self, actor_params, carry, inputs, key):
+        return self.act(inputs.obs), carry
+
+
 def model_estimate(policy, dataset, world_model: Path | None, starts: int, horizon: int | None) -> dict | None:
-    """The greedy return of a run's policy in a world model (`world_model`, else the run's own; None without)."""
+    """The greedy return of `policy` in a world model: `world_model`, else its run's own (None without either).
+    A run's agent acts as in training; any other Markov policy (an export) acts through its deployed function."""
     from envs.tasks import find_task
     from mbrl.core.score import normalized_score
-    from mbrl.sweep.objective import model_returns
+    from mbrl.sweep.objective import greedy_model_returns, model_returns
     from mbrl.train import dataset_reference_scores
     from world_models.model import ModelInfo
     from world_models.recurrent import load_model
 
     run = policy.run
-    if run is None:
+    if run is None and (world_model is None or policy.recurrent):
         return None
     paths = [Path(world_model)] if world_model is not None else [
         run.run_dir / p for p in (run.facts or {}).get("world_models", [])]
@@ -85,7 +96,11 @@ def model_estimate(policy, dataset, world_model: Path | None, starts: int, horiz
         raise ConfigError(f"--world-model {path}: a recurrent world model (RWM-U); the model estimate imagines from "
                           "single states, give an MLP ensemble")
     horizon = horizon or int(dataset.episode_lengths().max())
-    returns = model_returns(run.trainer, run.state, model, dataset, starts=starts, horizon=horizon)[policy.member]
+    if run is not None:
+        returns = model_returns(run.trainer, run.state, model, dataset, starts=starts, horizon=horizon)[policy.member]
+    else:
+        returns = greedy_model_returns(model, _MarkovPolicy(policy.act), np.zeros(1, np.float32), lambda batch: (),
+                                       policy.act_dim, dataset, starts=starts, horizon=horizon)[0]
     ref = dataset_reference_scores(dataset, task)
     value = float(np.mean(returns))
     return {"method": "model", "kind": "return", "value": value, "low": float(np.min(returns)),

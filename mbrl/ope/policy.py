@@ -79,6 +79,39 @@ class JudgedPolicy:
         return actions
 
 
+def agent_policy(agent, params, source: str) -> JudgedPolicy:
+    """An algorithm's greedy policy with actor parameters `params` (one member), as the agent acts in training and
+    in the world model: Markov, or recurrent with its own carry (the sweep's and the selection's FQE)."""
+    from mbrl.core.types import PolicyInput
+
+    key = jax.random.PRNGKey(0)  # greedy: the key is not drawn from
+    if not agent.recurrent:
+        def act(obs):
+            n = obs.shape[0]
+            inputs = PolicyInput(obs, jnp.zeros((n, agent.act_dim)), jnp.zeros(n), jnp.ones(n, bool))
+            return agent.act(params, (), inputs, key, True)[0]
+
+        return JudgedPolicy(act, agent.obs_dim, agent.act_dim, source)
+    one = jax.tree.map(lambda x: x[0], agent.initial_carry(1))
+    leaves, treedef = jax.tree.flatten(one)
+
+    def step(obs, prev_action, prev_reward, first, *carry):
+        batched = jax.tree.map(lambda x: x[None], jax.tree.unflatten(treedef, carry))
+        inputs = PolicyInput(obs[None], prev_action[None], prev_reward[None], first[None])
+        action, batched = agent.act(params, batched, inputs, key, True)
+        return (action[0], action[0], *jax.tree.leaves(jax.tree.map(lambda x: x[0], batched)))
+
+    return JudgedPolicy(None, agent.obs_dim, agent.act_dim, source, step=step, initial_carry=tuple(leaves))
+
+
+def fqe_of(policy: JudgedPolicy, train: Transitions, heldout: Transitions, initial: np.ndarray, config):
+    """FQE's fit (`mbrl.ope.fqe.FQEResult`) of `policy` on `train`, checked on `heldout`, valued at `initial`."""
+    from mbrl.ope.fqe import fit_fqe_on_actions
+
+    return fit_fqe_on_actions(train, policy.next_actions(train), heldout, policy.next_actions(heldout), initial,
+                              policy.initial_actions(initial), config)
+
+
 def load_policy(path: str | Path, seed_index: int = 0) -> JudgedPolicy:
     """The policy at `path`: a run directory written by `mbrl train`, or an export written by `mbrl export`."""
     path = Path(path)

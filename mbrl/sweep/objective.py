@@ -91,6 +91,16 @@ def model_returns(trainer, state, world_model, dataset: OfflineDataset, *, start
     """(members of the population, elites): each member's mean greedy return in the model per elite, from
     the same `starts` episode start states (drawn with replacement when the dataset has fewer)."""
     from mbrl.imagination import ExploringPolicy
+
+    agent = trainer.agent
+    return greedy_model_returns(world_model, ExploringPolicy(agent, True), agent.actor_params(state.agent),
+                                agent.initial_carry, trainer.act_dim, dataset, starts=starts, horizon=horizon, seed=seed)
+
+
+def greedy_model_returns(world_model, policy, actor_params, initial_carry, act_dim: int, dataset: OfflineDataset, *,
+                         starts: int, horizon: int, seed: int = 0) -> np.ndarray:
+    """(policies, elites): the mean return per elite of each of the policies `actor_params` (stacked on a leading
+    axis) under `policy`, a `world_models.rollout` PolicyFn acting greedily, from `starts` episode start states."""
     from world_models.rollout import RecurrentStart, RolloutConfig
 
     rng = np.random.default_rng(seed)
@@ -100,13 +110,10 @@ def model_returns(trainer, state, world_model, dataset: OfflineDataset, *, start
     start_obs = jnp.asarray(np.tile(picked, (len(elites), 1)), jnp.float32)  # elite-major
     members = jnp.asarray(np.repeat(elites, starts), jnp.int32)
     batch = start_obs.shape[0]
-    agent = trainer.agent
-    carry = agent.initial_carry(batch)
-    start = RecurrentStart.fresh(carry, batch, trainer.act_dim)
+    start = RecurrentStart.fresh(initial_carry(batch), batch, act_dim)
     cfg = RolloutConfig(member_mode="per_trajectory", deterministic=True, outputs="stats")
-    params = agent.actor_params(state.agent)
-    returns = _population_returns(jax.random.PRNGKey(seed), world_model, ExploringPolicy(agent, True), params,
-                                  start_obs, members, start, horizon, cfg)
+    returns = _population_returns(jax.random.PRNGKey(seed), world_model, policy, actor_params, start_obs, members,
+                                  start, horizon, cfg)
     return np.asarray(returns, np.float64).reshape(-1, len(elites), starts).mean(axis=2)
 
 
@@ -129,30 +136,21 @@ def heldout_td_errors(trainer, state, heldout: Transitions | None, rows: int = 4
 
 
 def fqe_values(trainer, state, train: OfflineDataset, heldout: Transitions | None, config) -> list[tuple[float, float]]:
-    """Per member of the population: FQE's discounted value (`mbrl.ope.fqe`, settings `config`) of its deterministic
-    policy and the low end of its interval, fitted on `train` and checked on `heldout`, at `train`'s initial states.
-    Markov policies only."""
+    """Per member of the population: FQE's discounted value (`mbrl.ope.fqe`, settings `config`) of its greedy policy
+    and the low end of its interval, fitted on `train` and checked on `heldout`, at `train`'s initial states. A
+    recurrent policy acts on each logged episode's history (`mbrl.ope.policy.JudgedPolicy`)."""
     from mbrl.core.errors import ConfigError
-    from mbrl.core.types import PolicyInput
-    from mbrl.ope.fqe import fit_fqe
+    from mbrl.ope.policy import agent_policy, fqe_of
 
-    agent = trainer.agent
-    if agent.recurrent:
-        raise ConfigError("--objective fqe: the policy is recurrent; FQE judges Markov policies so far")
     if heldout is None or len(heldout) == 0:
         raise ConfigError("--objective fqe: no held-out episodes to check FQE's fit on; give --holdout (or a -val file)")
+    agent = trainer.agent
     initial = train.transitions.obs[train.episode_starts]
     members = jax.tree.leaves(state.agent)[0].shape[0]
     values = []
     for i in range(members):
         params = jax.tree.map(lambda x, i=i: x[i], agent.actor_params(state.agent))
-
-        def policy(obs, params=params):
-            n = obs.shape[0]
-            inputs = PolicyInput(obs, jnp.zeros((n, agent.act_dim)), jnp.zeros(n), jnp.ones(n, bool))
-            return agent.act(params, (), inputs, jax.random.PRNGKey(0), True)[0]
-
-        result = fit_fqe(policy, train.transitions, heldout, initial, config)
+        result = fqe_of(agent_policy(agent, params, f"member {i}"), train.transitions, heldout, initial, config)
         values.append((result.value, result.interval[0]))
     return values
 
