@@ -55,8 +55,8 @@ class FQEConfig:
     chunk: int = 500
     """Steps per compiled call, between checks of the held-out TD error."""
     min_steps: int = 5_000
-    """Steps before a check may keep weights or stop the fit (values start at 0 and must grow first: an early TD
-    error is low only because the targets are)."""
+    """Steps before a check may keep weights or stop the fit (the values move from their starting level first: an
+    early TD error says little)."""
     patience: int = 5
     """Checks without a 1% lower held-out TD error (relative to the targets' size) before the fit stops."""
     seed: int = 0
@@ -117,7 +117,8 @@ def arrays(t: Transitions, next_action: np.ndarray, reward_scale: float) -> dict
 class FQEPrograms(NamedTuple):
     """The compiled pieces of a fit. `chunk(carry, key, data, norm)`: `config.chunk` steps; `heldout_td(params,
     target, norm, held)`; `init(key, obs, action)` -> carry (params, target params, Adam state, steps); `values(params,
-    norm, obs, action)` -> (heads,). `data`/`held` as `arrays` gives them, `norm` = (obs mean, obs std)."""
+    norm, obs, action)` -> (heads,). `data`/`held` as `arrays` gives them, `norm` = (obs mean, obs std, the values'
+    starting level)."""
 
     chunk: Callable
     heldout_td: Callable
@@ -135,7 +136,7 @@ def fqe_programs(config: FQEConfig) -> FQEPrograms:
 
     def q(params, norm, obs, action):  # K heads' params on (K, B, ...) inputs, or on shared (B, ...) ones
         axes = 0 if obs.ndim == 3 else None
-        return jax.vmap(critic.apply, in_axes=(0, axes, axes))(params, (obs - norm[0]) / norm[1], action)
+        return norm[2] + jax.vmap(critic.apply, in_axes=(0, axes, axes))(params, (obs - norm[0]) / norm[1], action)
 
     def targets(target, norm, batch):
         next_q = q(target, norm, batch["next_obs"], batch["next_action"])
@@ -204,10 +205,14 @@ def fit_fqe_on_actions(train: Transitions, train_next_action: np.ndarray, heldou
     recurrent policy, whose action depends on its history, is judged (`mbrl.ope.policy.JudgedPolicy`)."""
     _check_sizes(train, heldout, initial_obs)
     scale = ObsScale.of(train.obs)
-    norm = (jnp.asarray(scale.mean, jnp.float32), jnp.asarray(scale.std, jnp.float32))
     # Rewards times (1 - γ) over their mean magnitude: every dataset's Q targets are then of order 1, which Adam's
     # steps (about the learning rate per parameter) reach in a few thousand steps rather than 1 / (1 - γ) times more.
     reward_scale = (1.0 - config.gamma) / max(float(np.mean(np.abs(train.reward))), 1e-8)
+    # The values start at the data's mean reward over (1 - γ), not at 0: each FQE iteration shrinks the distance to
+    # the truth by γ, and a fit of a few hundred iterations keeps a part of it (γ^200 = 0.13), which from 0 is a bias
+    # low by that share of the whole value.
+    start = float(np.mean(train.reward)) * reward_scale / (1.0 - config.gamma)
+    norm = (jnp.asarray(scale.mean, jnp.float32), jnp.asarray(scale.std, jnp.float32), jnp.asarray(start, jnp.float32))
     for name, actions in (("next", train_next_action), ("held-out next", heldout_next_action),
                           ("initial", initial_action)):
         if not np.all(np.isfinite(actions)):
@@ -234,7 +239,7 @@ def fit_fqe_on_actions(train: Transitions, train_next_action: np.ndarray, heldou
         # Relative to the targets' size: the absolute error grows with the values as they grow from 0, which would
         # favour early, too small ones.
         error = squared_error / max(squared_target, 1e-12)
-        if steps < config.min_steps:  # values are still growing from 0: no weights are kept yet
+        if steps < config.min_steps:  # the values are still leaving their start: no weights are kept yet
             continue
         reason = stopping.update(error)
         if stopping.since_improved == 0:  # a significant improvement: these weights are the best so far
