@@ -80,7 +80,7 @@ def behaviour_policies(task: str):
     from envs.behaviour import load_actor, load_snapshots, read_record
     from mbrl.core.tanh_gaussian import tanh_gaussian_mode
     from mbrl.core.types import TASK_SPECS
-    from mbrl.ope.policy import JudgedPolicy
+    from mbrl.ope.judged import JudgedPolicy
 
     spec = TASK_SPECS[task]
 
@@ -217,7 +217,12 @@ def main(argv=None) -> int:
             continue
         estimates = np.array([rows[i][source][field] for i in have])
         truth = np.array([rows[i][truth_of] for i in have])
-        out["methods"][method] = {"policies": len(have), "truth": truth_of, **metrics(estimates, truth, rng)}
+        score = np.array([rows[i]["true_return"] for i in have])
+        # Also against the undiscounted return, what a user ranks policies by: γ 0.99 sees about 100 steps of an
+        # episode of up to 1,000, so the discounted truth may rank policies differently.
+        out["methods"][method] = {"policies": len(have), "truth": truth_of, **metrics(estimates, truth, rng),
+                                  "vs_return": {k: v for k, v in metrics(estimates, score, rng).items()
+                                                if k != "abs_error_over_range"}}
         print(json.dumps({"method": method, **out["methods"][method]}))
     (args.out / "metrics.json").write_text(json.dumps(out, indent=1))
     return 0

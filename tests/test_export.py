@@ -384,7 +384,8 @@ def test_off_policy_evaluation_reads_a_recurrent_policys_logged_episodes(neubay_
     from mbrl.core.types import PolicyInput
     from mbrl.datasets import SAMPLE_PATH, load
     from mbrl.ope.fqe import FQEConfig
-    from mbrl.ope.policy import agent_policy, load_policy
+    from mbrl.ope.judged import agent_policy
+    from mbrl.ope.policy import load_policy
     from mbrl.sweep.objective import fqe_values, split_holdout
     from test_ope import FAST
 

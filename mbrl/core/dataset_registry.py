@@ -7,10 +7,10 @@ A made dataset is a Minari dataset with id `mbrl/<task>/<level>-v0` stored under
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 from mbrl.core.errors import ConfigError, DatasetError
+from mbrl.core.files import data_dir
 from mbrl.core.types import TASK_SPECS
 
 # D4RL's dataset levels (Fu et al. 2020), in the order a user meets them.
@@ -19,11 +19,6 @@ LEVELS: tuple[str, ...] = ("random", "medium", "medium-replay", "expert", "mediu
 TASKS: tuple[str, ...] = tuple(name for name, spec in TASK_SPECS.items() if spec.suite == "mujoco")
 NAMESPACE = "mbrl"
 VERSION = 0
-
-
-def data_dir() -> Path:
-    """The folder holding made datasets: `$MBRL_DATA_DIR`, else `~/.mbrl/datasets`."""
-    return Path(os.environ.get("MBRL_DATA_DIR") or Path.home() / ".mbrl" / "datasets").expanduser()
 
 
 def dataset_name(task: str, level: str) -> str:

@@ -107,7 +107,7 @@ def is_declaration_path(text: str | os.PathLike | None) -> bool:
 
 def tasks_dir() -> Path:
     """Where declarations are found by name: `$MBRL_DATA_DIR/tasks/NAME.toml`."""
-    from mbrl.core.dataset_registry import data_dir
+    from mbrl.core.files import data_dir
 
     return data_dir() / "tasks"
 

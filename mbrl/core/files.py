@@ -1,9 +1,14 @@
-"""Writing files so that a reader never sees half of one."""
+"""The project's folders on disk, and writing files so that a reader never sees half of one."""
 
 from __future__ import annotations
 
 import os
 from pathlib import Path
+
+
+def data_dir() -> Path:
+    """The folder holding made datasets (and `neorl2/`, `tasks/`): `$MBRL_DATA_DIR`, else `~/.mbrl/datasets`."""
+    return Path(os.environ.get("MBRL_DATA_DIR") or Path.home() / ".mbrl" / "datasets").expanduser()
 
 
 def cache_dir() -> Path | None:

@@ -21,7 +21,7 @@ UNAVAILABLE = {
 def fqe_estimate(policy, dataset, initial: np.ndarray, holdout: float, config: FQEConfig) -> dict:
     """FQE's value of `policy`, fitted on `dataset` less a `holdout` fraction of its episodes (or beside its -val
     file), at the `initial` states."""
-    from mbrl.ope.policy import fqe_of
+    from mbrl.ope.judged import fqe_of
     from mbrl.sweep.objective import split_holdout
 
     train, held = split_holdout(dataset, holdout, seed=config.seed)

@@ -138,9 +138,9 @@ def heldout_td_errors(trainer, state, heldout: Transitions | None, rows: int = 4
 def fqe_values(trainer, state, train: OfflineDataset, heldout: Transitions | None, config) -> list[tuple[float, float]]:
     """Per member of the population: FQE's discounted value (`mbrl.ope.fqe`, settings `config`) of its greedy policy
     and the low end of its interval, fitted on `train` and checked on `heldout`, at `train`'s initial states. A
-    recurrent policy acts on each logged episode's history (`mbrl.ope.policy.JudgedPolicy`)."""
+    recurrent policy acts on each logged episode's history (`mbrl.ope.judged.JudgedPolicy`)."""
     from mbrl.core.errors import ConfigError
-    from mbrl.ope.policy import agent_policy, fqe_of
+    from mbrl.ope.judged import agent_policy, fqe_of
 
     if heldout is None or len(heldout) == 0:
         raise ConfigError("--objective fqe: no held-out episodes to check FQE's fit on; give --holdout (or a -val file)")
