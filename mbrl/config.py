@@ -106,21 +106,25 @@ class ScheduleConfig:
 class SelectConfig:
     """Which checkpoint `mbrl export` takes.
 
-    by: last (the latest checkpoint) | fqe (per training seed, the checkpoint whose FQE estimate is best, by the low
-        end of its interval: every checkpoint is kept and judged from the data after training; a recurrent policy acts
-        on each logged episode's history).
+    by: last (the latest checkpoint) | fqe | model: per training seed, the checkpoint whose estimate from the data
+        alone is best, by its pessimistic end: every checkpoint is kept and judged after training. fqe: the low end
+        of FQE's interval (a recurrent policy acts on each logged episode's history); model: the greedy return in
+        the run's MLP world model, the elites' mean less their spread (the sweep's offline objective).
     fqe_steps: FQE's most gradient steps per checkpoint and training seed.
     holdout: the fraction of episodes FQE's fit is checked on (a NeoRL-2 -val file instead, where there is one).
+    starts: model: imagined episodes per elite, from the dataset's episode starts.
     """
 
     by: str = "last"
     fqe_steps: int = 20_000
     holdout: float = 0.1
+    starts: int = 64
 
     def __post_init__(self):
-        if self.by not in ("last", "fqe"):
-            raise ConfigError(f"select.by: expected last or fqe, found {self.by!r}")
+        if self.by not in ("last", "fqe", "model"):
+            raise ConfigError(f"select.by: expected last, fqe or model, found {self.by!r}")
         _positive("select.fqe_steps", self.fqe_steps)
+        _positive("select.starts", self.starts)
         if not 0.0 < self.holdout < 1.0:
             raise ConfigError(f"select.holdout: expected a fraction in (0, 1), found {self.holdout}")
 

@@ -1,13 +1,14 @@
-"""Which checkpoint of a run `mbrl export` takes: the last one, or, with `--select.by fqe`, per training seed the
-one whose FQE estimate is best, judged from the data alone after training (`mbrl.ope.fqe`).
+"""Which checkpoint of a run `mbrl export` takes: the last one, or, with `--select.by fqe|model`, per training seed
+the one whose estimate from the data alone is best, judged after training (`mbrl.ope`).
 
 The choice is `selected.json` in the run directory:
 
     {"by": "fqe", "epochs": [E0, E1, ...],           # per training seed, the chosen checkpoint's epoch
      "candidates": [{"epoch": E, "fqe": [V0, ...], "fqe_low": [L0, ...]}, ...]}
 
-A checkpoint is judged by the low end of FQE's interval (the heads' mean less one standard deviation), as the
-sweep's FQE objective is: a policy is chosen for a value FQE is sure of.
+A checkpoint is judged by its estimate's pessimistic end, as the sweep's objectives are: for FQE the low end of its
+interval (the heads' mean less one standard deviation), for the model the elites' mean return less their spread. A
+policy is chosen for a value the estimator is sure of.
 """
 
 from __future__ import annotations
@@ -15,15 +16,42 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import numpy as np
+
 from mbrl.core.errors import ConfigError
 from mbrl.core.files import write_text_atomic
 
 SELECTED_FILE = "selected.json"
-METHODS = ("last", "fqe")
+METHODS = ("last", "fqe", "model")
 
 
-def select_by_fqe(trainer, checkpointer, like, dataset, config, progress: bool = False) -> dict:
-    """Judge every checkpoint in `checkpointer` (states shaped like `like`) by FQE on `dataset`; the selection."""
+def check_selection(config, model_kind: str | None, per_member_model: bool) -> None:
+    """Refuse, before anything is written, a choice the run cannot make: `model` needs an MLP world model
+    (`model_kind`, the algorithm's) shared by the members."""
+    if config.select.by == "model" and (model_kind != "mlp" or per_member_model):
+        raise ConfigError(f"select.by model: a {config.algo} run here has no MLP world model shared by its seeds to "
+                          "judge its checkpoints in; choose --select.by fqe or last")
+
+
+def select_checkpoint(trainer, checkpointer, like, dataset, world_model, config, progress: bool = False) -> dict:
+    """Judge every checkpoint in `checkpointer` (states shaped like `like`) by `config.select.by` on `dataset` (in
+    `world_model` for `model`); the selection."""
+    by = config.select.by
+    judge, settings = (_fqe_judge(trainer, dataset, config) if by == "fqe" else
+                       _model_judge(trainer, dataset, world_model, config))
+    candidates = []
+    for epoch in checkpointer.all_epochs():
+        state, _ = checkpointer.restore(like, epoch)
+        values = judge(state)
+        candidates.append({"epoch": int(epoch), by: [v for v, _ in values], f"{by}_low": [low for _, low in values]})
+        if progress:
+            print(f"select: epoch {epoch}: {by} low end {', '.join(f'{low:.3g}' for _, low in values)}", flush=True)
+    members = len(candidates[0][f"{by}_low"])
+    epochs = [max(candidates, key=lambda c: c[f"{by}_low"][m])["epoch"] for m in range(members)]
+    return {"by": by, "epochs": epochs, "candidates": candidates, by: settings}
+
+
+def _fqe_judge(trainer, dataset, config):
     from mbrl.ope.fqe import FQEConfig
     from mbrl.sweep.objective import fqe_values, split_holdout
 
@@ -33,17 +61,21 @@ def select_by_fqe(trainer, checkpointer, like, dataset, config, progress: bool =
         raise ConfigError(f"select.holdout {select.holdout}: holds out no episode of {dataset.num_episodes}; FQE checks "
                           "its fit on held-out episodes (a larger fraction, or a dataset with a -val file)")
     fqe = FQEConfig(steps=select.fqe_steps, min_steps=min(FQEConfig.min_steps, select.fqe_steps // 2), seed=config.seed)
-    candidates = []
-    for epoch in checkpointer.all_epochs():
-        state, _ = checkpointer.restore(like, epoch)
-        values = fqe_values(trainer, state, train, heldout, fqe)
-        candidates.append({"epoch": int(epoch), "fqe": [v for v, _ in values], "fqe_low": [low for _, low in values]})
-        if progress:
-            print(f"select: epoch {epoch}: FQE low end {', '.join(f'{low:.3g}' for _, low in values)}", flush=True)
-    members = len(candidates[0]["fqe_low"])
-    epochs = [max(candidates, key=lambda c: c["fqe_low"][m])["epoch"] for m in range(members)]
-    return {"by": "fqe", "epochs": epochs, "candidates": candidates,
-            "fqe": {"steps": select.fqe_steps, "gamma": fqe.gamma, "heads": fqe.heads}}
+    return (lambda state: fqe_values(trainer, state, train, heldout, fqe),
+            {"steps": select.fqe_steps, "gamma": fqe.gamma, "heads": fqe.heads})
+
+
+def _model_judge(trainer, dataset, world_model, config):
+    from mbrl.sweep.objective import model_returns
+
+    horizon = int(dataset.episode_lengths().max())
+
+    def judge(state):
+        returns = model_returns(trainer, state, world_model, dataset, starts=config.select.starts, horizon=horizon,
+                                seed=config.seed)  # (members, elites)
+        return [(float(np.mean(r)), float(np.mean(r) - np.std(r))) for r in returns]
+
+    return judge, {"starts": config.select.starts, "horizon": horizon, "elites": len(world_model.elites)}
 
 
 def write_selection(run_dir: Path, selection: dict) -> None:

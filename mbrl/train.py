@@ -172,6 +172,10 @@ def run(
         if (run_dir / "config.json").exists():
             raise ConfigError(f"{run_dir}: already holds a run; continue it with --resume {run_dir} or choose another --run-dir")
         model_paths = _model_paths(config, run_dir, world_model_dir)
+    from mbrl.selection import check_selection
+
+    check_selection(config, registry.entry(config.algo).model_kind,
+                    registry.entry(config.algo).model_kind is not None and config.imagination.per_seed_model)
     progress = config.logging.progress if progress is None else progress
 
     # The dataset and its task first: a bad file or declaration leaves no run directory behind.
@@ -203,7 +207,7 @@ def run(
     world_model = world_models_for(config, dataset, task, model_paths, progress) if trainer.uses_model else None
 
     # Choosing a checkpoint after training needs them all.
-    checkpointer = Checkpointer(run_dir / "checkpoints", max_to_keep=None if config.select.by == "fqe" else 2)
+    checkpointer = Checkpointer(run_dir / "checkpoints", max_to_keep=None if config.select.by != "last" else 2)
     start_epoch = 0
     if loaded is not None and loaded.state is not None:
         state, start_epoch = loaded.state, int(loaded.record["epoch"])
@@ -266,11 +270,12 @@ def run(
                                               evaluate=evaluate, checkpoint=checkpoint, on_epoch=report, stop=stop,
                                               layout=layout)
             interrupted = stop.signum
-            if config.select.by == "fqe" and not interrupted and epochs_done == config.schedule.epochs:
-                from mbrl.selection import select_by_fqe, write_selection
+            if config.select.by != "last" and not interrupted and epochs_done == config.schedule.epochs:
+                from mbrl.selection import select_checkpoint, write_selection
 
                 like = jax.eval_shape(trainer.initial_state, seeds, [hypers_of(config)] * len(seeds))
-                write_selection(run_dir, select_by_fqe(trainer, checkpointer, like, dataset, config, progress=progress))
+                write_selection(run_dir, select_checkpoint(trainer, checkpointer, like, dataset, world_model, config,
+                                                           progress=progress))
         finally:
             logger.close()
             checkpointer.close()

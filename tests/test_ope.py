@@ -132,13 +132,20 @@ def test_ope_bad_input_gets_one_line_and_exit_2(bc_run, hopper_tiny_path, tmp_pa
     assert "neither a run directory" in capsys.readouterr().err
 
 
-def test_an_export_is_judged_in_a_given_world_model_as_its_run_is(bc_run, hopper_tiny_path, tmp_path, capsys):
-    """The model estimate of any Markov policy: the export of a run, rolled out in a fitted model through its
-    deployed function, gives the run's own value (its agent acting greedily in the same model)."""
-    model = tmp_path / "wm"
+@pytest.fixture(scope="module")
+def tiny_world_model(hopper_tiny_path, tmp_path_factory):
+    model = tmp_path_factory.mktemp("ope") / "wm"
     assert main(["model", "fit", "--dataset", str(hopper_tiny_path), "--out", str(model), "--ensemble.num-members", "3",
                  "--ensemble.num-elites", "2", "--ensemble.hidden-dims", "16", "16", "--fit.max-epochs", "2",
                  "--no-progress"]) == 0
+    return model
+
+
+def test_an_export_is_judged_in_a_given_world_model_as_its_run_is(bc_run, hopper_tiny_path, tiny_world_model, tmp_path,
+                                                                   capsys):
+    """The model estimate of any Markov policy: the export of a run, rolled out in a fitted model through its
+    deployed function, gives the run's own value (its agent acting greedily in the same model)."""
+    model = tiny_world_model
     assert main(["export", str(bc_run), "--out", str(tmp_path / "export")]) == 0
     values = []
     for policy in (bc_run, tmp_path / "export"):
@@ -172,3 +179,36 @@ def test_select_checkpoint_fqe_exports_the_checkpoint_fqe_prefers(hopper_tiny_pa
     assert spec.metadata["epoch"] == best
     chosen = load_run(run_dir, epoch=best)
     np.testing.assert_array_equal(jax.tree.leaves(spec.params)[0], jax.tree.leaves(chosen.actor_params(0))[0])
+
+
+def test_select_checkpoint_model_takes_the_checkpoint_the_model_rates_best(hopper_tiny_path, tiny_world_model, tmp_path,
+                                                                           capsys):
+    """`--select.by model`: each checkpoint judged by its greedy return in the run's world model (the elites' mean
+    less their spread); the chosen one is the best, and the last one's value is `mbrl ope`'s model estimate."""
+    from mbrl.train import run
+    from test_end_to_end import tiny_config
+
+    import dataclasses
+
+    from mbrl.config import SelectConfig
+
+    config = tiny_config("mopo", str(hopper_tiny_path))
+    config = dataclasses.replace(
+        config, schedule=dataclasses.replace(config.schedule, epochs=3, updates_per_epoch=20, eval_every=1, eval_episodes=1),
+        select=SelectConfig(by="model", starts=8), logging=dataclasses.replace(config.logging, progress=False))
+    run_dir = run(config, tmp_path / "mopo", world_model_dir=tiny_world_model).run_dir
+    selection = json.loads((run_dir / "selected.json").read_text())
+    assert selection["by"] == "model" and [c["epoch"] for c in selection["candidates"]] == [1, 2, 3]
+    assert selection["epochs"] == [max(selection["candidates"], key=lambda c: c["model_low"][0])["epoch"]]
+    assert all(c["model_low"][0] <= c["model"][0] for c in selection["candidates"])
+    capsys.readouterr()
+    assert main(["ope", str(run_dir), "--dataset", str(hopper_tiny_path), "--method", "model", "--starts", "8",
+                 "--json"]) == 0
+    [estimate] = json.loads(capsys.readouterr().out)["estimates"]
+    np.testing.assert_allclose(estimate["value"], selection["candidates"][-1]["model"][0], rtol=1e-5)
+
+    assert main(["train", "--algo", "bc", "--dataset", str(hopper_tiny_path), "--select.by", "model",
+                 "--run-dir", str(tmp_path / "bc"), "--logging.progress", "False"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "no MLP world model" in err, err
+    assert not (tmp_path / "bc").exists()
