@@ -13,7 +13,8 @@ import scipy.linalg
 
 from mbrl.cli import main
 from mbrl.core.types import Transitions
-from mbrl.ope.fqe import FQEConfig, fit_fqe
+from mbrl.ope.fqe import FQEConfig
+from mbrl.ope.judged import JudgedPolicy, fqe_of
 
 A = np.array([[0.9, 0.1], [0.0, 0.9]])
 B = np.array([[0.0], [0.1]])
@@ -60,7 +61,7 @@ def fits():
     out = {}
     for name, gain in GAINS.items():
         policy = lambda obs, k=jnp.asarray([gain], jnp.float32): -obs @ k.T  # noqa: E731
-        out[name] = (fit_fqe(policy, train, heldout, starts, FQE), true_value(gain, starts))
+        out[name] = (fqe_of(JudgedPolicy(policy, 2, 1, name), train, heldout, starts, FQE), true_value(gain, starts))
     return out
 
 
@@ -84,7 +85,7 @@ def test_an_empty_holdout_is_refused():
 
     train, starts = linear_system(4, 10, seed=0)
     with pytest.raises(DatasetError, match="held-out data is empty"):
-        fit_fqe(lambda obs: obs[:, :1], train, train.slice(np.arange(0)), starts, FQE)
+        fqe_of(JudgedPolicy(lambda obs: obs[:, :1], 2, 1, "p"), train, train.slice(np.arange(0)), starts, FQE)
 
 
 # ------------------------------------------------------------------------------------------------ mbrl ope

@@ -181,29 +181,20 @@ def fqe_programs(config: FQEConfig) -> FQEPrograms:
     return FQEPrograms(chunk, heldout_td, init, values)
 
 
-def _check_sizes(train: Transitions, heldout: Transitions, initial_obs) -> None:
+def check_sizes(train: Transitions, heldout: Transitions, initial_obs) -> None:
+    """Refuse data FQE cannot fit or check on, before the policy is asked for any action."""
     if len(heldout) == 0:
         raise DatasetError("FQE: the held-out data is empty; hold out some episodes (--holdout) or give a -val file")
     if len(train) == 0 or len(initial_obs) == 0:
         raise DatasetError("FQE: the dataset has no transitions or no initial states")
 
 
-def fit_fqe(policy: Callable, train: Transitions, heldout: Transitions, initial_obs: np.ndarray,
-            config: FQEConfig = FQEConfig()) -> FQEResult:
-    """The value of `policy` (batched obs -> actions in the data's units, jittable) from `train`, checked on
-    `heldout`, at `initial_obs` (states, obs_dim)."""
-    _check_sizes(train, heldout, initial_obs)
-    return fit_fqe_on_actions(train, policy_actions(policy, train.next_obs), heldout,
-                              policy_actions(policy, heldout.next_obs), initial_obs,
-                              policy_actions(policy, np.asarray(initial_obs, np.float32)), config)
-
-
 def fit_fqe_on_actions(train: Transitions, train_next_action: np.ndarray, heldout: Transitions,
                        heldout_next_action: np.ndarray, initial_obs: np.ndarray, initial_action: np.ndarray,
                        config: FQEConfig = FQEConfig()) -> FQEResult:
     """FQE given the policy's actions at every next state of `train` and `heldout` and at `initial_obs`: how a
-    recurrent policy, whose action depends on its history, is judged (`mbrl.ope.judged.JudgedPolicy`)."""
-    _check_sizes(train, heldout, initial_obs)
+    recurrent policy, whose action depends on its history, is judged (`mbrl.ope.judged.fqe_of`)."""
+    check_sizes(train, heldout, initial_obs)
     scale = ObsScale.of(train.obs)
     # Rewards times (1 - γ) over their mean magnitude: every dataset's Q targets are then of order 1, which Adam's
     # steps (about the learning rate per parameter) reach in a few thousand steps rather than 1 / (1 - γ) times more.

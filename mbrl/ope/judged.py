@@ -105,7 +105,8 @@ def agent_policy(agent, params, source: str) -> JudgedPolicy:
 
 def fqe_of(policy: JudgedPolicy, train: Transitions, heldout: Transitions, initial: np.ndarray, config):
     """FQE's fit (`mbrl.ope.fqe.FQEResult`) of `policy` on `train`, checked on `heldout`, valued at `initial`."""
-    from mbrl.ope.fqe import fit_fqe_on_actions
+    from mbrl.ope.fqe import check_sizes, fit_fqe_on_actions
 
+    check_sizes(train, heldout, initial)
     return fit_fqe_on_actions(train, policy.next_actions(train), heldout, policy.next_actions(heldout), initial,
                               policy.initial_actions(initial), config)
