@@ -25,10 +25,13 @@ SELECTED_FILE = "selected.json"
 METHODS = ("last", "fqe", "model")
 
 
-def check_selection(config, model_kind: str | None, per_member_model: bool) -> None:
-    """Refuse, before anything is written, a choice the run cannot make: `model` needs an MLP world model
-    (`model_kind`, the algorithm's) shared by the members."""
-    if config.select.by == "model" and (model_kind != "mlp" or per_member_model):
+def check_selection(config) -> None:
+    """Refuse, before anything is written, a choice the run cannot make: `model` needs an MLP world model (of the
+    algorithm's kind) shared by the members."""
+    from agents import registry
+
+    if config.select.by == "model" and (registry.entry(config.algo).model_kind != "mlp"
+                                        or config.imagination.per_seed_model):
         raise ConfigError(f"select.by model: a {config.algo} run here has no MLP world model shared by its seeds to "
                           "judge its checkpoints in; choose --select.by fqe or last")
 

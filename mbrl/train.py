@@ -174,8 +174,7 @@ def run(
         model_paths = _model_paths(config, run_dir, world_model_dir)
     from mbrl.selection import check_selection
 
-    check_selection(config, registry.entry(config.algo).model_kind,
-                    registry.entry(config.algo).model_kind is not None and config.imagination.per_seed_model)
+    check_selection(config)
     progress = config.logging.progress if progress is None else progress
 
     # The dataset and its task first: a bad file or declaration leaves no run directory behind.
