@@ -164,7 +164,10 @@ class ObsNormalizer:
         rate = jnp.where(count > 0, total / jnp.maximum(count, 1e-12), 0.0)
         delta = batch_mean - self.mean
         mean = self.mean + rate * delta
-        var = self.var + rate * (batch_var - self.var + delta * (batch_mean - mean))
+        # rsl_rl's var + rate (batch_var - var + delta (batch_mean - mean)), rearranged: its last term is
+        # delta^2 (1 - rate) exactly, but computed from batch_mean - mean it cancels, and a dimension constant at
+        # 339 (Simglucose) came out at -4e-4, whose square root is NaN. This form cannot go below 0.
+        var = (1.0 - rate) * self.var + rate * batch_var + rate * (1.0 - rate) * delta**2
         return ObsNormalizer(mean, var, count)
 
     def normalize(self, obs: jax.Array) -> jax.Array:
@@ -337,14 +340,17 @@ class PPO:
 
         weight = flat(valid).astype(jnp.float32)
         keep = weight[:, None] > 0
-        # Padding rows may hold anything (a cut step's non-finite prediction): make them harmless.
-        obs = jnp.where(keep, flat(rollout.obs), 0.0)
+        raw_obs = flat(rollout.obs)
+        obs_norm = state.obs_norm.update(raw_obs, weight) if self.config.normalize_obs else state.obs_norm
+        state = state.replace(obs_norm=obs_norm)
+        # Padding rows may hold anything (a cut step's non-finite prediction). They take the normaliser's mean,
+        # which it maps to 0: any other value, in a dimension constant over the valid rows, would reach the
+        # networks scaled by 1 / eps, and its weight-0 loss terms would overflow to NaN all the same.
+        obs = jnp.where(keep, raw_obs, obs_norm.mean)
         next_obs = jnp.where(keep, flat(rollout.next_obs), obs)
         action = jnp.where(keep, flat(rollout.action), 0.0)
         reward = jnp.where(valid, rollout.reward, 0.0)
 
-        obs_norm = state.obs_norm.update(obs, weight) if self.config.normalize_obs else state.obs_norm
-        state = state.replace(obs_norm=obs_norm)
         norm_obs = self._normalize(obs_norm, obs)
         mean = self.actor.apply(state.actor, norm_obs)
         log_std = jnp.broadcast_to(state.log_std, mean.shape)

@@ -219,6 +219,32 @@ def test_prepare_masks_padding_and_normalises_over_valid_rows(setup):
     np.testing.assert_allclose(metrics["valid_fraction"], valid.reshape(POPULATION, -1).mean(1))
 
 
+
+def test_padding_stays_harmless_beside_a_constant_observation(setup):
+    """NeoRL-2 Simglucose's failure: nearly every imagined trajectory cut after its first step, and an observation
+    dimension that is constant over the valid rows (a patient parameter, 339) so its normalised scale is 1/eps.
+    Its variance must stay 0, and the padding rows must not reach the networks as far-off inputs: one iteration's
+    updates stay finite."""
+    s = setup
+    rng = np.random.default_rng(5)
+    shape = (POPULATION, HORIZON, ENVS)
+    valid = np.zeros(shape, bool)
+    valid[:, 0, rng.choice(ENVS, 40, replace=False)] = True  # as few as in the imagined Simglucose batches
+    obs = np.stack([rng.normal(size=shape), np.full(shape, 339.0)], axis=-1).astype(np.float32)
+    obs[~valid] = np.nan
+    rows = Transitions(obs=obs, action=np.tanh(rng.normal(size=shape + (ACT,))).astype(np.float32),
+                       reward=np.where(valid, rng.normal(size=shape), np.nan).astype(np.float32),
+                       next_obs=obs + 0.1, terminal=np.zeros(shape, bool), timeout=valid.copy())
+    states, batch, _ = s["prepare"](s["states"], jax.tree.map(jnp.asarray, rows), jnp.asarray(valid), s["hypers"])
+    # The constant dimension's variance is 0 (rsl_rl's merge, computed as written, left up to ±2e-3 here: its
+    # square root was NaN on Simglucose).
+    np.testing.assert_allclose(states.obs_norm.var[:, 1], 0.0, atol=1e-6)
+    states, metrics = s["update_many"](states, s["minibatches"](batch, _keys(11)), _keys(12), s["hypers"])
+    for name, value in metrics.items():
+        assert np.all(np.isfinite(value)), name
+    for leaf in jax.tree.leaves((states.actor, states.critic, states.log_std)):
+        assert np.all(np.isfinite(leaf))
+
 def test_adaptive_learning_rate_follows_the_kl(setup, trained):
     """A population of two on a batch whose old means are moved off the policy's: by 3 (KL = 9) -> lr / 1.5 at
     every minibatch, down to 1e-5; by 1e-3 (0 < KL << desired / 2) from 1e-5 -> lr * 1.5 at every minibatch
