@@ -94,7 +94,7 @@ def test_shipped_spaces_load_against_their_algorithms_presets():
     from mbrl.sweep import space as space_io
 
     shipped = sorted(space_io.SHIPPED.glob("*.toml"))
-    assert [p.stem for p in shipped] == ["mopo", "ravl"]
+    assert [p.stem for p in shipped] == ["bc", "mopo", "ravl"]
     for path in shipped:
         base = config_io.build(path.stem, "hopper-medium")
         space = space_io.load(path.stem, base)

@@ -20,7 +20,7 @@ from typing import Any
 
 from mbrl.core.errors import ConfigError
 
-SHIPPED = Path(__file__).parent / "spaces"  # the spaces that come with the package: mopo.toml, ravl.toml
+SHIPPED = Path(__file__).parent / "spaces"  # the spaces that come with the package: bc.toml, mopo.toml, ravl.toml
 _RANGE_KEYS = {"low", "high", "log", "step"}
 
 
