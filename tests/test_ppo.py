@@ -219,7 +219,6 @@ def test_prepare_masks_padding_and_normalises_over_valid_rows(setup):
     np.testing.assert_allclose(metrics["valid_fraction"], valid.reshape(POPULATION, -1).mean(1))
 
 
-
 def test_padding_stays_harmless_beside_a_constant_observation(setup):
     """NeoRL-2 Simglucose's failure: nearly every imagined trajectory cut after its first step, and an observation
     dimension that is constant over the valid rows (a patient parameter, 339) so its normalised scale is 1/eps.
@@ -244,6 +243,7 @@ def test_padding_stays_harmless_beside_a_constant_observation(setup):
         assert np.all(np.isfinite(value)), name
     for leaf in jax.tree.leaves((states.actor, states.critic, states.log_std)):
         assert np.all(np.isfinite(leaf))
+
 
 def test_adaptive_learning_rate_follows_the_kl(setup, trained):
     """A population of two on a batch whose old means are moved off the policy's: by 3 (KL = 9) -> lr / 1.5 at
