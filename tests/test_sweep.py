@@ -201,16 +201,17 @@ def test_ctrl_c_fails_and_requeues_the_trials_in_flight_and_a_rerun_finishes_the
     space = write(tmp_path / "space.toml", SPACE)
     sweep_dir = tmp_path / "sweep"
     args = sweep_args(hopper_tiny_path, space, sweep_dir, "--trials", "2", "--population", "2",
-                      "--schedule.eval-every", "20", "--schedule.epochs", "40")  # long enough to be interrupted
+                      "--schedule.eval-every", "40", "--schedule.epochs", "80")  # long enough to be interrupted
     worker = subprocess.Popen([sys.executable, "-m", "mbrl.cli", *args], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                               text=True, env={**os.environ, "PYTHONUNBUFFERED": "1"})
     for line in worker.stdout:
         if "training trials" in line:
             break
-    time.sleep(5)
+    # Soon: with the program already in the compile cache (the tests before this one), training takes seconds.
+    time.sleep(0.5)
     worker.send_signal(signal.SIGINT)
     out, _ = worker.communicate(timeout=300)
-    assert worker.returncode == 130, out
+    assert worker.returncode == 130 and "done in" not in out, out
     study = study_of(sweep_dir, "mopo-hopper-tiny")
     failed = [t for t in study.trials if t.state == optuna.trial.TrialState.FAIL]
     waiting = [t for t in study.trials if t.state == optuna.trial.TrialState.WAITING]
