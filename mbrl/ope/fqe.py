@@ -193,8 +193,8 @@ def fit_fqe_on_actions(train: Transitions, train_next_action: np.ndarray, heldou
                        heldout_next_action: np.ndarray, initial_obs: np.ndarray, initial_action: np.ndarray,
                        config: FQEConfig = FQEConfig()) -> FQEResult:
     """FQE given the policy's actions at every next state of `train` and `heldout` and at `initial_obs`: how a
-    recurrent policy, whose action depends on its history, is judged (`mbrl.ope.judged.fqe_of`)."""
-    check_sizes(train, heldout, initial_obs)
+    recurrent policy, whose action depends on its history, is judged (`mbrl.ope.judged.fqe_of`, which has checked the
+    sizes with `check_sizes` before asking the policy for those actions)."""
     scale = ObsScale.of(train.obs)
     # Rewards times (1 - γ) over their mean magnitude: every dataset's Q targets are then of order 1, which Adam's
     # steps (about the learning rate per parameter) reach in a few thousand steps rather than 1 / (1 - γ) times more.
