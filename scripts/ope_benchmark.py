@@ -7,8 +7,9 @@ discounted return from simulated episodes.
 
 Policies: every training seed of every run directory given (any Markov algorithm; named PARENT/RUN#SEED; with
 `--every-checkpoint`, each kept checkpoint, PARENT/RUN@EPOCH#SEED), `--behaviour` the shipped behaviour actors of the
-dataset's task (medium, expert and the medium-replay snapshots, each acting by its mode), plus `--untrained N`
-deliberately bad ones (the first run's agent at N fresh initialisations). `--world-model DIR` judges every Markov
+dataset's task (medium, expert and the medium-replay snapshots, each acting by its mode), plus deliberately bad
+ones: `--untrained N` (the first run's agent at N fresh initialisations) and `--negated RUN_DIR ...` (runs trained on
+the dataset with its rewards negated; their own critics and model learnt the negated reward, so they do not judge). `--world-model DIR` judges every Markov
 policy in that one model (else each run in its own, and the others not). Truth: `--episodes` simulated episodes
 per policy from fixed reset seeds; the discounted return with FQE's γ (what FQE and the critic estimate) and the
 undiscounted one over the task's episodes (what the model estimates; the normalized score). Metrics per estimator,
@@ -70,6 +71,14 @@ def untrained_policies(run_dir: Path, count: int):
         policy.run = None  # not the run's own weights: its critics and model do not judge it
         out.append((f"untrained-{i}", policy))
     return out
+
+
+def negated_policies(run_dir: Path):
+    """Every seed of a run trained on negated rewards, judged only by FQE and the one world model."""
+    out = run_policies(run_dir, every_checkpoint=False)
+    for _, policy in out:
+        policy.run = None  # its critics and its model estimate the negated reward
+    return [(f"negated/{name}", policy) for name, policy in out]
 
 
 def behaviour_policies(task: str):
@@ -147,6 +156,7 @@ def main(argv=None) -> int:
     parser.add_argument("--world-model", type=Path, default=None, help="one model that judges every Markov policy")
     parser.add_argument("--starts", type=int, default=64, help="model estimate: imagined episodes per elite")
     parser.add_argument("--untrained", type=int, default=2)
+    parser.add_argument("--negated", nargs="*", type=Path, default=[], help="runs trained on negated rewards")
     parser.add_argument("--episodes", type=int, default=100)
     parser.add_argument("--eval-seed", type=int, default=50_000)
     parser.add_argument("--holdout", type=float, default=0.1)
@@ -179,6 +189,8 @@ def main(argv=None) -> int:
     if args.behaviour:
         policies += behaviour_policies(task.name)
     policies += untrained_policies(args.runs[0], args.untrained)
+    for run_dir in args.negated:
+        policies += negated_policies(run_dir)
 
     args.out.mkdir(parents=True, exist_ok=True)
     done = {}
