@@ -45,8 +45,9 @@ def collect(transitions: int, seed: int) -> dict[str, np.ndarray]:
     }
 
 
-def write(path: Path, arrays: dict[str, np.ndarray], seed: int) -> None:
-    """Write to a temporary file beside `path`, then rename: never a half-written sample."""
+def write(path: Path, arrays: dict[str, np.ndarray], attrs: dict) -> None:
+    """`arrays` as a D4RL-layout .hdf5 with file attributes `attrs`, written to a temporary file beside `path`, then
+    renamed: never a half-written file."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(suffix=".hdf5.tmp", dir=path.parent)
     os.close(fd)
@@ -54,11 +55,7 @@ def write(path: Path, arrays: dict[str, np.ndarray], seed: int) -> None:
         with h5py.File(tmp, "w") as file:
             for key, array in arrays.items():
                 file.create_dataset(key, data=array, compression="gzip", compression_opts=9, shuffle=True)
-            file.attrs["task"] = "hopper"
-            file.attrs["env_id"] = "Hopper-v5"
-            file.attrs["policy"] = "uniform random"
-            file.attrs["seed"] = seed
-            file.attrs["made_by"] = "scripts/make_sample.py"
+            file.attrs.update(attrs)
         os.replace(tmp, path)
     finally:
         if os.path.exists(tmp):
@@ -72,7 +69,8 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT)
     args = parser.parse_args()
     arrays = collect(args.transitions, args.seed)
-    write(args.out, arrays, args.seed)
+    write(args.out, arrays, {"task": "hopper", "env_id": "Hopper-v5", "policy": "uniform random", "seed": args.seed,
+                             "made_by": "scripts/make_sample.py"})
     episodes = int(arrays["terminals"].sum() + arrays["timeouts"].sum())
     print(f"wrote {args.out}: {args.transitions} transitions, {episodes} episodes, {args.out.stat().st_size} bytes")
 

@@ -9,7 +9,11 @@ Policies: every training seed of every run directory given (any Markov algorithm
 `--every-checkpoint`, each kept checkpoint, PARENT/RUN@EPOCH#SEED), `--behaviour` the shipped behaviour actors of the
 dataset's task (medium, expert and the medium-replay snapshots, each acting by its mode), plus deliberately bad
 ones: `--untrained N` (the first run's agent at N fresh initialisations) and `--negated RUN_DIR ...` (runs trained on
-the dataset with its rewards negated; their own critics and model learnt the negated reward, so they do not judge). `--world-model DIR` judges every Markov
+the dataset with its rewards negated; their own critics and model learnt the negated reward, so they do not judge).
+`--write-negated PATH` writes that dataset (D4RL-layout .hdf5) and exits:
+
+    python scripts/ope_benchmark.py --dataset hopper-medium --write-negated NEG.hdf5
+    mbrl model fit --dataset NEG.hdf5 --out WM_NEG && mbrl train --algo mopo --dataset NEG.hdf5 --world-model WM_NEG ... `--world-model DIR` judges every Markov
 policy in that one model (else each run in its own, and the others not). Truth: `--episodes` simulated episodes
 per policy from fixed reset seeds; the discounted return with FQE's γ (what FQE and the critic estimate) and the
 undiscounted one over the task's episodes (what the model estimates; the normalized score). Metrics per estimator,
@@ -104,6 +108,16 @@ def behaviour_policies(task: str):
     return out
 
 
+def write_negated(dataset, path: Path) -> None:
+    from make_sample import write
+
+    t = dataset.transitions
+    write(path, {"observations": t.obs, "actions": t.action, "rewards": -np.asarray(t.reward, np.float32),
+                 "next_observations": t.next_obs, "terminals": t.terminal, "timeouts": t.timeout},
+          {"task": dataset.info.task, "made_by": "scripts/ope_benchmark.py --write-negated (rewards negated)"})
+    print(f"wrote {path}: {len(t)} transitions of {dataset.info.task}, rewards negated")
+
+
 def run_policies(run_dir: Path, every_checkpoint: bool):
     """Every training seed of a run at its latest checkpoint, or at each kept checkpoint."""
     from mbrl.checkpoint import Checkpointer
@@ -150,7 +164,8 @@ def metrics(estimates: np.ndarray, truth: np.ndarray, rng: np.random.Generator, 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--dataset", required=True)
-    parser.add_argument("--runs", nargs="+", required=True, type=Path)
+    parser.add_argument("--runs", nargs="+", type=Path, default=[])
+    parser.add_argument("--write-negated", type=Path, default=None, help="write the dataset, rewards negated; exit")
     parser.add_argument("--every-checkpoint", action="store_true", help="each kept checkpoint of a run, not its latest")
     parser.add_argument("--behaviour", action="store_true", help="also the task's shipped behaviour actors")
     parser.add_argument("--world-model", type=Path, default=None, help="one model that judges every Markov policy")
@@ -165,7 +180,7 @@ def main(argv=None) -> int:
     parser.add_argument("--gamma", type=float, default=0.99)
     parser.add_argument("--truth-steps", type=int, default=1000, help="episode length of the discounted truth")
     parser.add_argument("--target-every", type=int, default=100)
-    parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args(argv)
 
     from envs.tasks import find_task
@@ -175,6 +190,11 @@ def main(argv=None) -> int:
     from mbrl.ope.fqe import FQEConfig
 
     dataset = datasets.load(args.dataset)
+    if args.write_negated is not None:
+        write_negated(dataset, args.write_negated)
+        return 0
+    if not args.runs or args.out is None:
+        parser.error("--runs and --out: expected run directories and an output folder")
     task = find_task(dataset.info.task)
     if task is None or not task.has_env:
         print(f"{args.dataset}: no simulator task; the truth needs one", file=sys.stderr)
