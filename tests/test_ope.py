@@ -163,6 +163,7 @@ def test_an_export_is_judged_in_a_given_world_model_as_its_run_is(bc_run, hopper
 
 def test_select_checkpoint_fqe_exports_the_checkpoint_fqe_prefers(hopper_tiny_path, bc_run, tmp_path, capsys):
     from mbrl import config as config_io
+    from mbrl.commands.train import selection_summary
     from mbrl.export_run import load_policy_from_run
     from mbrl.train import load_run, run
 
@@ -176,6 +177,7 @@ def test_select_checkpoint_fqe_exports_the_checkpoint_fqe_prefers(hopper_tiny_pa
     assert [c["epoch"] for c in selection["candidates"]] == [1, 2, 3]  # every checkpoint kept and judged
     best = max(selection["candidates"], key=lambda c: c["fqe_low"][0])["epoch"]
     assert selection["epochs"] == [best]
+    assert selection_summary(selection) == f"epoch {best} (per seed, by FQE's estimate)"
     spec = load_policy_from_run(run_dir)
     assert spec.metadata["epoch"] == best
     chosen = load_run(run_dir, epoch=best)
@@ -186,6 +188,7 @@ def test_select_checkpoint_model_takes_the_checkpoint_the_model_rates_best(hoppe
                                                                            capsys):
     """`--select.by model`: each checkpoint judged by its greedy return in the run's world model (the elites' mean
     less their spread); the chosen one is the best, and the last one's value is `mbrl ope`'s model estimate."""
+    from mbrl.commands.train import selection_summary
     from mbrl.train import run
     from test_end_to_end import tiny_config
 
@@ -202,6 +205,7 @@ def test_select_checkpoint_model_takes_the_checkpoint_the_model_rates_best(hoppe
     assert selection["by"] == "model" and [c["epoch"] for c in selection["candidates"]] == [1, 2, 3]
     assert selection["epochs"] == [max(selection["candidates"], key=lambda c: c["model_low"][0])["epoch"]]
     assert all(c["model_low"][0] <= c["model"][0] for c in selection["candidates"])
+    assert selection_summary(selection) == f"epoch {selection['epochs'][0]} (per seed, by the world model's estimate)"
     capsys.readouterr()
     assert main(["ope", str(run_dir), "--dataset", str(hopper_tiny_path), "--method", "model", "--starts", "8",
                  "--json"]) == 0

@@ -54,6 +54,14 @@ def default_run_dir(algo: str, dataset: str) -> Path:
     return Path("runs") / f"{algo}-{dataset_key(dataset)}-{stamp}"
 
 
+SELECTED_BY = {"fqe": "FQE's estimate", "model": "the world model's estimate"}
+
+
+def selection_summary(selected: dict) -> str:
+    """The summary's line for a run's `selected.json`: the chosen epochs and what chose them."""
+    return f"epoch {', '.join(map(str, selected['epochs']))} (per seed, by {SELECTED_BY[selected['by']]})"
+
+
 def print_summary(result) -> None:
     from rich.console import Console
     from rich.table import Table
@@ -96,8 +104,7 @@ def print_summary(result) -> None:
     if selected.is_file():
         import json
 
-        chosen = json.loads(selected.read_text())["epochs"]
-        table.add_row("checkpoint to export", f"epoch {', '.join(map(str, chosen))} (per seed, by FQE's estimate)")
+        table.add_row("checkpoint to export", selection_summary(json.loads(selected.read_text())))
     if result.dataset_score is not None:
         table.add_row("dataset's mean normalized score", f"{result.dataset_score:.1f}")
     table.add_row("wall time", f"{result.seconds / 60:.1f} min")
