@@ -13,14 +13,15 @@ the dataset with its rewards negated; their own critics and model learnt the neg
 `--write-negated PATH` writes that dataset (D4RL-layout .hdf5) and exits:
 
     python scripts/ope_benchmark.py --dataset hopper-medium --write-negated NEG.hdf5
-    mbrl model fit --dataset NEG.hdf5 --out WM_NEG && mbrl train --algo mopo --dataset NEG.hdf5 --world-model WM_NEG ... `--world-model DIR` judges every Markov
-policy in that one model (else each run in its own, and the others not). Truth: `--episodes` simulated episodes
-per policy from fixed reset seeds; the discounted return with FQE's γ (what FQE and the critic estimate) and the
-undiscounted one over the task's episodes (what the model estimates; the normalized score). Metrics per estimator,
-against the truth of its kind: Spearman's rank correlation, regret@1
-(the true value lost by picking the estimator's best, over the true range), and the mean absolute error over the
-true range; each with a 95% bootstrap interval over policies. `fqe_lcb` ranks by the low end of FQE's interval. Writes OUT/policies.jsonl (one line per policy) and
-OUT/metrics.json, and prints the metrics as JSON lines.
+    mbrl model fit --dataset NEG.hdf5 --out WM_NEG && mbrl train --algo mopo --dataset NEG.hdf5 --world-model WM_NEG ...
+
+`--world-model DIR` judges every Markov policy in that one model (else each run in its own, and the others not).
+Truth: `--episodes` simulated episodes per policy from fixed reset seeds; the discounted return with FQE's γ (what
+FQE and the critic estimate) and the undiscounted one over the task's episodes (what the model estimates; the
+normalized score). Metrics per estimator, against the truth of its kind: Spearman's rank correlation, regret@1 (the
+true value lost by picking the estimator's best, over the true range), and the mean absolute error over the true
+range; each with a 95% bootstrap interval over policies. `fqe_lcb` ranks by the low end of FQE's interval. Writes
+OUT/policies.jsonl (one line per policy) and OUT/metrics.json, and prints the metrics as JSON lines.
 """
 
 from __future__ import annotations
