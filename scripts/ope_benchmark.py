@@ -183,6 +183,8 @@ def main(argv=None) -> int:
     parser.add_argument("--target-every", type=int, default=100)
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args(argv)
+    if args.write_negated is None and (not args.runs or args.out is None):
+        parser.error("--runs and --out: expected run directories and an output folder")
 
     from envs.tasks import find_task
     from mbrl import datasets
@@ -194,8 +196,6 @@ def main(argv=None) -> int:
     if args.write_negated is not None:
         write_negated(dataset, args.write_negated)
         return 0
-    if not args.runs or args.out is None:
-        parser.error("--runs and --out: expected run directories and an output folder")
     task = find_task(dataset.info.task)
     if task is None or not task.has_env:
         print(f"{args.dataset}: no simulator task; the truth needs one", file=sys.stderr)
