@@ -6,7 +6,7 @@ algorithm it runs:
 
 - hypers: the values a sweep may vary that do not change array shapes (learning rates, gamma, tau,
   MOPO's lambda, EDAC's eta, ...), as a nested dict of float32 scalars keyed like the config's sections
-  (`{"sac": {"actor_lr": ...}, "mopo": {"penalty_coef": ...}}`; which fields, `agents.registry`). They
+  (`{"sac": {"actor_lr": ...}, "mopo": {"penalty_coef": ...}}`; which fields, `mbrl.agents.registry`). They
   are traced data: the training state carries them, so changing one never recompiles.
 - `init(key, hypers)` -> the algorithm's state.
 - `update_many(state, batches, key, hypers)` -> (state, metrics): K updates on batches with a leading K axis
@@ -62,7 +62,7 @@ class FlatLearner(Algorithm, Protocol):
 class TransitionLearner(FlatLearner, Protocol):
     """An algorithm on flat imagined transitions: it decides what an imagined reward is worth."""
 
-    uncertainty: str  # the measure rollouts compute (`world_models.uncertainty.MEASURES`)
+    uncertainty: str  # the measure rollouts compute (`mbrl.world_models.uncertainty.MEASURES`)
 
     def model_reward(self, hypers: Hypers, reward: jax.Array, uncertainty: jax.Array) -> jax.Array: ...
 

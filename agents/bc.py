@@ -16,8 +16,8 @@ import jax.numpy as jnp
 import optax
 from flax import struct
 
-from agents.base import scan_updates
-from agents.networks import ObsScale, scaled
+from mbrl.agents.base import scan_updates
+from mbrl.agents.networks import ObsScale, scaled
 from mbrl.core.nn import MLP
 from mbrl.core.errors import ConfigError
 from mbrl.core.types import Transitions
@@ -50,7 +50,7 @@ class BCState:
 
 
 class BC:
-    """`agents.base.Algorithm` on the real data only: a deterministic Markov policy."""
+    """`mbrl.agents.base.Algorithm` on the real data only: a deterministic Markov policy."""
 
     imagination = "none"
     recurrent = False

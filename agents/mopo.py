@@ -1,7 +1,7 @@
 """MOPO (Yu et al. 2020, "MOPO: Model-based Offline Policy Optimization"): SAC-N on model rollouts
 whose rewards are penalised by the world model's uncertainty, r̃ = r - λ·u.
 
-The agent is the SAC-N core (`agents.sac_n`) with N=2 critics by default; this module adds only the
+The agent is the SAC-N core (`mbrl.agents.sac_n`) with N=2 critics by default; this module adds only the
 reward penalty. Rollouts reach the agent as data: the training loop imagines them and hands the raw
 model reward and the uncertainty u (MOPO's `aleatoric_max`: the max over members of ‖σ‖₂) to
 `model_reward`, which writes r̃ into the model buffer.
@@ -14,7 +14,7 @@ import dataclasses
 import jax
 import jax.numpy as jnp
 
-from agents.sac_n import SACNAgent, SACNConfig
+from mbrl.agents.sac_n import SACNAgent, SACNConfig
 from mbrl.core.errors import ConfigError
 
 
@@ -24,10 +24,10 @@ MOPO_HYPERS = ("penalty_coef",)
 
 @dataclasses.dataclass(frozen=True)
 class MOPOConfig:
-    """MOPO's own settings on top of SAC-N. Per-dataset λ presets: `agents.presets.MOPO_HORIZON_PENALTY`.
+    """MOPO's own settings on top of SAC-N. Per-dataset λ presets: `mbrl.agents.presets.MOPO_HORIZON_PENALTY`.
 
     penalty_coef: λ in r̃ = r - λ·u.
-    uncertainty: the measure u (a name of `world_models.uncertainty.MEASURES`); MOPO's is aleatoric_max.
+    uncertainty: the measure u (a name of `mbrl.world_models.uncertainty.MEASURES`); MOPO's is aleatoric_max.
     """
 
     penalty_coef: float = 1.0

@@ -1,8 +1,8 @@
 """MOPO-PPO (Li et al. 2025, RWM-U): PPO on long imagined rollouts in thousands of parallel environments, with
 model rewards penalised by the world model's epistemic uncertainty, r̃ = r - λ·u (MOPO's penalty,
-`agents.mopo.penalized_reward`).
+`mbrl.agents.mopo.penalized_reward`).
 
-The agent is `agents.ppo.PPO`; this module adds the penalty and the settings of the imagination it learns from.
+The agent is `mbrl.agents.ppo.PPO`; this module adds the penalty and the settings of the imagination it learns from.
 Rollouts reach it as data (`mbrl.imagination.OnPolicyImagination`): each iteration draws
 `imagination.rollouts_per_epoch` windows of real history, warms the recurrent world model up on them, imagines
 `imagination.horizon` steps from each, and cuts a trajectory (bootstrapping its value there) before a step whose
@@ -16,8 +16,8 @@ import dataclasses
 import jax
 import jax.numpy as jnp
 
-from agents.mopo import penalized_reward
-from agents.ppo import PPO, PPOConfig
+from mbrl.agents.mopo import penalized_reward
+from mbrl.agents.ppo import PPO, PPOConfig
 from mbrl.core.errors import ConfigError
 
 # The fields of `MOPOPPOConfig` that are data in the training state.
@@ -30,7 +30,7 @@ class MOPOPPOConfig:
     """MOPO-PPO's own settings on top of PPO.
 
     penalty_coef: λ in r̃ = r - λ·u (RWM-U: 1.0).
-    uncertainty: the measure u (a name of `world_models.uncertainty.MEASURES`); RWM-U's is epistemic_sum,
+    uncertainty: the measure u (a name of `mbrl.world_models.uncertainty.MEASURES`); RWM-U's is epistemic_sum,
         the heads' disagreement summed over dimensions.
     threshold_quantile: an imagined trajectory is cut before a step whose u exceeds this quantile of u over
         the dataset's own steps (1.0: their max; a negative value: never cut); the value there is bootstrapped.

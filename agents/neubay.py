@@ -4,7 +4,7 @@ sampled world model each (a posterior sample), plus the real histories they star
 
 The agent (twni2016/neubay online_rl/ac_modules.py, ac_losses.py):
 - actor and critic each own an encoder: a Block (Dense, LayerNorm, leaky ReLU) over
-  (obs, previous action, previous reward), then a recurrent memory (`agents.memory`: LRU or GRU);
+  (obs, previous action, previous reward), then a recurrent memory (`mbrl.agents.memory`: LRU or GRU);
 - REDQ critics (Chen et al. 2021): N = 10 heads on the critic encoder; the TD target takes the min over
   2 heads of the target critic drawn at random each update, the actor maximises the mean over all heads;
 - a Huber TD loss; every loss is a weighted mean real_weight · (real steps) + (1 - real_weight) ·
@@ -13,7 +13,7 @@ The agent (twni2016/neubay online_rl/ac_modules.py, ac_losses.py):
   of NaN zeroing, global-norm clipping and AdamW with a cosine schedule (the actor's decays to 0).
 
 Defaults: configs/d4rl_loco/base.yaml of that repository (fields cited below); the per-dataset values
-(encoder lr, real_weight, fixed alpha) are in `agents.neubay_presets`.
+(encoder lr, real_weight, fixed alpha) are in `mbrl.agents.neubay_presets`.
 
 `init`, `update` and `act` are pure. The recurrent carry is explicit: `act(actor_params,
 carry, inputs, key, deterministic)` returns the action and the next carry, with `inputs` any object with `obs`,
@@ -32,9 +32,9 @@ import jax.numpy as jnp
 import optax
 from flax import struct
 
-from agents.memory import Memory, MemoryConfig, initial_carry
-from agents.base import scan_updates
-from agents.networks import ObsScale, anchor_error, masked_mean
+from mbrl.agents.memory import Memory, MemoryConfig, initial_carry
+from mbrl.agents.base import scan_updates
+from mbrl.agents.networks import ObsScale, anchor_error, masked_mean
 from mbrl.core.tanh_gaussian import LOG_STD_MAX, LOG_STD_MIN, sample_tanh_gaussian, tanh_gaussian_mode
 from mbrl.core.errors import ConfigError
 from mbrl.core.sequence_replay import SequenceBatch
@@ -248,7 +248,7 @@ def weighted_mean(per_step, mask, real, real_weight):
 
 
 class Neubay:
-    """Networks, optimisers and the pure functions of `agents.base.Algorithm` (a recurrent policy)."""
+    """Networks, optimisers and the pure functions of `mbrl.agents.base.Algorithm` (a recurrent policy)."""
 
     imagination = "sequences"
     recurrent = True

@@ -1,4 +1,4 @@
-"""NEUBAY presets as data, merged into `agents.presets` (same layout: nested overrides per section).
+"""NEUBAY presets as data, merged into `mbrl.agents.presets` (same layout: nested overrides per section).
 
 `paper`: twni2016/neubay configs/d4rl_loco/base.yaml with the per-dataset values of
 configs/d4rl_loco/task/<task>_<level>.yaml. The world model (`ensemble` there): 128 members trained, the

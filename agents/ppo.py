@@ -39,7 +39,7 @@ import jax.numpy as jnp
 import optax
 from flax import struct
 
-from agents.networks import masked_mean
+from mbrl.agents.networks import masked_mean
 from mbrl.core.tanh_gaussian import sample_tanh_gaussian, tanh_gaussian_log_prob, tanh_gaussian_mode
 from mbrl.core.errors import ConfigError
 from mbrl.core.nn import ACTIVATIONS, MLP
@@ -261,7 +261,7 @@ def gae(reward, value, next_value, terminal, timeout, valid, gamma, lam):
 
 
 class PPO:
-    """`agents.base.Algorithm` on on-policy imagined rollouts: `prepare` turns a rollout into a batch,
+    """`mbrl.agents.base.Algorithm` on on-policy imagined rollouts: `prepare` turns a rollout into a batch,
     `minibatches` shuffles it, `update_many` takes K = learning_epochs * minibatches steps on it."""
 
     imagination = "onpolicy"
@@ -322,7 +322,7 @@ class PPO:
     # ----------------------------------------------------------------- rollout -> batch
 
     def prepare(self, state: PPOState, rollout: Transitions, valid, hypers: dict):
-        """rollout: time-major Transitions (H, B, ...) as world_models.rollout returns them (reward already
+        """rollout: time-major Transitions (H, B, ...) as mbrl.world_models.rollout returns them (reward already
         penalised by the caller), valid (H, B) bool. 1) update the obs normaliser with the valid obs (if
         normalize_obs); 2) with the updated normaliser compute old mean/log_std/log_prob of the stored
         actions and V(obs), V(next_obs); 3) GAE over time, per trajectory (`gae`); invalid rows get A = 0

@@ -7,7 +7,7 @@ order: the algorithm's base preset, then its per-dataset entry. No code path dep
 `paper`: the published settings. `quick`: sized so that `mbrl train` (dataset make, model fit,
 training, evaluation) fits a budget of about 20 minutes on 2 CPU cores: fewer updates, smaller rollout
 batches, a fit time budget. MOPO's and RAVL's quick presets also anchor the actor to the data
-(`_ANCHOR_QUICK`, `_ANCHOR_QUICK_RAVL`; NEUBAY's in `agents.neubay_presets`), because their critics are
+(`_ANCHOR_QUICK`, `_ANCHOR_QUICK_RAVL`; NEUBAY's in `mbrl.agents.neubay_presets`), because their critics are
 far from converged after the 8k to 20k updates a CPU affords; `--sac.actor-bc-coef 0
 --imagination.real-ratio 0.05` gives the pure algorithms at the quick budget. What the presets score
 and how long they take: docs/results.md.
@@ -18,7 +18,7 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from agents import neubay_presets
+from mbrl.agents import neubay_presets
 
 PRESETS: tuple[str, ...] = ("quick", "paper")
 
@@ -53,7 +53,7 @@ _IMAGINATION_QUICK = {"rollouts_per_epoch": 10_000, "retain_epochs": 5, "real_ra
 _FIT_QUICK = {"max_seconds": 150.0, "max_epochs": 60}
 
 # The quick presets' anchor: a TD3+BC-style BC term on the actor's deterministic action (a weight of
-# the batch's mean |Q|; see `agents.sac_n.SACNConfig.actor_bc_coef`) over the real half of each batch, as
+# the batch's mean |Q|; see `mbrl.agents.sac_n.SACNConfig.actor_bc_coef`) over the real half of each batch, as
 # in Unifloral's model-based ReBRAC (Jackson et al. 2025, "A Clean Slate for Offline RL"). The weights
 # were chosen on hopper-medium (the scores with and without the anchor: docs/results.md). RAVL's min over
 # 10 EDAC critics already keeps it near the data, so it takes the lighter weight: at MOPO's weight it
@@ -119,7 +119,7 @@ BASE: dict[tuple[str, str], dict[str, Any]] = {
         "schedule": {"epochs": 20, "updates_per_epoch": 1000, "eval_every": 5, "eval_episodes": 5},
     },
     # MOPO-PPO (Li et al. 2025, RWM-U): 4,096 imagined environments x 100 steps per iteration, lambda 1.0, PPO
-    # with rsl_rl's defaults (`agents.ppo.PPOConfig`), RWM-U with the paper's sizes (`world_models.recurrent`);
+    # with rsl_rl's defaults (`mbrl.agents.ppo.PPOConfig`), RWM-U with the paper's sizes (`mbrl.world_models.recurrent`);
     # an iteration is one epoch of ppo.learning_epochs x ppo.minibatches = 20 updates (`schedule.updates_per_epoch`
     # follows from the ppo section). 1,500 iterations are
     # rsl_rl's example `max_iterations` (leggedrobotics/rsl_rl_rwm config/example_config.yaml).

@@ -3,16 +3,16 @@
 Reach-Aware Value Learning: an EDAC critic ensemble (An et al. 2021) trained on short model rollouts
 mixed with real data. The min over N=10 critics, kept diverse by the EDAC gradient term (η=1), is low
 exactly at the edge-of-reach states that rollouts reach but never leave, so no reward penalty from the
-world model is needed (λ=0). The agent is the SAC-N core (`agents.sac_n`); this module only fixes
+world model is needed (λ=0). The agent is the SAC-N core (`mbrl.agents.sac_n`); this module only fixes
 its defaults and passes model rewards through unchanged.
 
 Defaults: anyasims/edge-of-reach train_ravl_agent.py (N=10 critics of 3x256, η=1, lr 3e-4, batch 256,
-γ 0.99, τ 5e-3; rollouts: see `agents.presets`).
+γ 0.99, τ 5e-3; rollouts: see `mbrl.agents.presets`).
 """
 
 from __future__ import annotations
 
-from agents.sac_n import SACNAgent, SACNConfig
+from mbrl.agents.sac_n import SACNAgent, SACNConfig
 
 DEFAULT_SAC = SACNConfig(
     num_critics=10,

@@ -1,6 +1,6 @@
 """The one registry of algorithms: a name -> its config sections, its hyperparameters-as-data, its class.
 
-The presets of each algorithm are data in `agents.presets`; `mbrl.config` refuses an option of a section
+The presets of each algorithm are data in `mbrl.agents.presets`; `mbrl.config` refuses an option of a section
 (or an imagination field) that the chosen algorithm does not read, so nothing is accepted and ignored.
 """
 
@@ -10,14 +10,14 @@ import dataclasses
 from collections.abc import Callable
 from typing import Any
 
-from agents.base import Hypers, as_hypers
-from agents.bc import BC, BC_HYPERS, BCConfig
-from agents.mopo import MOPO, MOPO_HYPERS, MOPOConfig
-from agents.mopo_ppo import MOPO_PPO_HYPERS, MOPOPPO, MOPOPPOConfig
-from agents.neubay import NEUBAY_HYPERS, Neubay, NeubayConfig
-from agents.ppo import PPO_HYPERS, PPOConfig
-from agents.ravl import RAVL
-from agents.sac_n import SAC_HYPERS, SACNConfig
+from mbrl.agents.base import Hypers, as_hypers
+from mbrl.agents.bc import BC, BC_HYPERS, BCConfig
+from mbrl.agents.mopo import MOPO, MOPO_HYPERS, MOPOConfig
+from mbrl.agents.mopo_ppo import MOPO_PPO_HYPERS, MOPOPPO, MOPOPPOConfig
+from mbrl.agents.neubay import NEUBAY_HYPERS, Neubay, NeubayConfig
+from mbrl.agents.ppo import PPO_HYPERS, PPOConfig
+from mbrl.agents.ravl import RAVL
+from mbrl.agents.sac_n import SAC_HYPERS, SACNConfig
 from mbrl.core.errors import ConfigError
 from mbrl.core.replay import real_count
 
@@ -36,7 +36,7 @@ class AlgorithmEntry:
     sections: tuple[str, ...]  # config sections it reads, besides COMMON_SECTIONS
     imagination_fields: tuple[str, ...]  # the fields of `imagination` it reads (empty: none)
     hyper_fields: dict[str, tuple[str, ...]]  # section -> fields carried as traced data
-    # (TrainConfig, obs_dim, act_dim, ObsScale | None) -> an `agents.base.Algorithm`
+    # (TrainConfig, obs_dim, act_dim, ObsScale | None) -> an `mbrl.agents.base.Algorithm`
     make: Callable[[Any, int, int, Any], Any]
     # (section, field)s whose zero leaves a term out of the compiled program (EDAC's diversity, a BC anchor):
     # only "zero or not" is static, the value itself is data.
@@ -127,6 +127,6 @@ def entry(name: str) -> AlgorithmEntry:
 
 
 def make(config, obs_dim: int, act_dim: int, obs_scale=None):
-    """The algorithm `config.algo` names, built for these dimensions; `obs_scale` (`agents.networks.ObsScale`)
+    """The algorithm `config.algo` names, built for these dimensions; `obs_scale` (`mbrl.agents.networks.ObsScale`)
     standardises the observations inside its networks."""
     return entry(config.algo).make(config, obs_dim, act_dim, obs_scale)

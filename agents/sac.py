@@ -7,7 +7,7 @@ is fixed, as in SpinningUp's `update_every=50`. A batch may take a fixed share o
 fixed buffer (offline data kept during fine-tuning), passed to each call rather than held in the state.
 
 Agents do not import `envs`: the callers step the env and hand the rows over. Behaviour training steps a
-gymnasium env through the one env loop (`envs.lockstep.Lockstep`, scripts/train_behaviour.py); fine-tuning on
+gymnasium env through the one env loop (`mbrl.envs.lockstep.Lockstep`, scripts/train_behaviour.py); fine-tuning on
 a robot drives the deploy control loop (`mbrl.finetune`). Both feed the same `OnlineSAC.chunk`.
 """
 
@@ -21,7 +21,7 @@ import jax
 import jax.numpy as jnp
 from flax import struct
 
-from agents.sac_n import SACN, SACNConfig, SACNState
+from mbrl.agents.sac_n import SACN, SACNConfig, SACNState
 from mbrl.core import replay
 from mbrl.core.errors import ConfigError
 from mbrl.core.replay import ReplayBuffer
@@ -57,7 +57,7 @@ class OnlineSAC:
     """Pure pieces of online SAC: `init`, `act`, and `chunk` (insert new rows, then K updates)."""
 
     def __init__(self, config: SACConfig, obs_dim: int, act_dim: int, obs_scale=None):
-        """`obs_scale`: the offline run's observation standardisation (`agents.networks.ObsScale`), if any."""
+        """`obs_scale`: the offline run's observation standardisation (`mbrl.agents.networks.ObsScale`), if any."""
         if config.buffer_capacity % config.chunk_steps:
             raise ValueError("buffer_capacity must be a multiple of chunk_steps")
         self.config = config

@@ -23,8 +23,8 @@ import jax.numpy as jnp
 import optax
 from flax import struct
 
-from agents.base import scan_updates
-from agents.networks import CriticEnsemble, ObsScale, anchor_error, scaled
+from mbrl.agents.base import scan_updates
+from mbrl.agents.networks import CriticEnsemble, ObsScale, anchor_error, scaled
 from mbrl.core.nn import INITS
 from mbrl.core.tanh_gaussian import TanhGaussianActor, sample_tanh_gaussian, tanh_gaussian_mode
 from mbrl.core.errors import ConfigError
@@ -312,7 +312,7 @@ class SACN:
 
 
 class SACNAgent:
-    """`agents.base.TransitionLearner` over one SAC-N core, with model rewards passed through.
+    """`mbrl.agents.base.TransitionLearner` over one SAC-N core, with model rewards passed through.
 
     MOPO and RAVL are this with their own defaults; MOPO overrides `model_reward` with its penalty.
     """

@@ -1,6 +1,6 @@
 """Making D4RL-style datasets: what to run for a level, collecting it in lockstep envs, writing Minari.
 
-The behaviour policies (`envs.behaviour`) act in [-1, 1] through the one lockstep loop (`envs.lockstep`),
+The behaviour policies (`mbrl.envs.behaviour`) act in [-1, 1] through the one lockstep loop (`mbrl.envs.lockstep`),
 one jitted call per step for the whole batch of envs. Everything is seeded: env slot i resets its j-th
 episode with a seed derived from (seed, i, j), and a behaviour policy gets the step index to derive its
 own key, so a dataset is a pure function of its seed and its sizes. Names and places of made datasets
@@ -21,8 +21,8 @@ from pathlib import Path
 import gymnasium as gym
 import numpy as np
 
-from envs import behaviour, lockstep
-from envs.lockstep import Episode
+from mbrl.envs import behaviour, lockstep
+from mbrl.envs.lockstep import Episode
 from mbrl.core import dataset_registry as registry
 from mbrl.core.score import normalized_score
 from mbrl.core.types import TASK_SPECS

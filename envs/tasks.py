@@ -2,7 +2,7 @@
 
 The numbers (dims, names, action bounds, episode limit, control rate, reference scores) live as pure data in
 `mbrl.core.types.TASK_SPECS`; this module adds what needs gymnasium or JAX on top of them. The MuJoCo
-benchmarks are defined here; NeoRL-2's tasks in `envs.neorl2`.
+benchmarks are defined here; NeoRL-2's tasks in `mbrl.envs.neorl2`.
 
 Termination functions decide `terminated` from an observed transition, as the real env does after
 its step, so that imagined rollouts stop where the real robot would have fallen. They are written
@@ -146,7 +146,7 @@ _TERMINATIONS: dict[str, TerminationFn] = {
     "ant": ant_termination,
 }
 
-# The one registry of tasks, by name: the MuJoCo benchmarks, NeoRL-2's tasks (`envs.neorl2`), and any task
+# The one registry of tasks, by name: the MuJoCo benchmarks, NeoRL-2's tasks (`mbrl.envs.neorl2`), and any task
 # `register` adds (a user's robot).
 TASKS: dict[str, Task] = {name: make_task(spec, _TERMINATIONS.get(name)) for name, spec in TASK_SPECS.items()}
 
@@ -162,10 +162,10 @@ def register(task: Task, replace: bool = False) -> Task:
 def _register_neorl2() -> None:
     import gymnasium
 
-    from envs import neorl2
+    from mbrl.envs import neorl2
 
     for entry in neorl2.ENTRIES:
-        module = importlib.import_module(f"envs.neorl2.{entry.module}")
+        module = importlib.import_module(f"mbrl.envs.neorl2.{entry.module}")
         # The module knows the names and the control rate; the rest of the spec is core data.
         spec = dataclasses.replace(TASK_SPECS[entry.name], obs_names=tuple(getattr(module, entry.attr("OBS_NAMES"))),
                                    act_names=tuple(getattr(module, entry.attr("ACT_NAMES"))),
@@ -173,7 +173,7 @@ def _register_neorl2() -> None:
         register(make_task(spec, getattr(module, entry.attr("terminated")), getattr(module, entry.attr("reward"))),
                  replace=True)
         if spec.env_id not in gymnasium.registry:
-            gymnasium.register(id=spec.env_id, entry_point=f"envs.neorl2.{entry.module}:{entry.env_class}",
+            gymnasium.register(id=spec.env_id, entry_point=f"mbrl.envs.neorl2.{entry.module}:{entry.env_class}",
                                max_episode_steps=spec.max_episode_steps, kwargs=dict(entry.env_kwargs))
 
 

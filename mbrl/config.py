@@ -1,6 +1,6 @@
 """The configuration of a training run: frozen dataclasses, one per component, composed in `TrainConfig`.
 
-A run's config is built in layers: the preset of the algorithm (`agents.presets`, data), then a config
+A run's config is built in layers: the preset of the algorithm (`mbrl.agents.presets`, data), then a config
 file (`--config FILE`, the `config.json` of an earlier run), then the options given on the command line.
 The options of `mbrl train` are generated from these dataclasses (`TrainArgs`): every field of every
 component becomes an option such as `--sac.num-critics 5` or `--schedule.epochs 10`, whose absence
@@ -8,7 +8,7 @@ means "keep the preset's value". `mbrl model fit` gets its `--ensemble.*` and `-
 same mechanism (`options_class`). `mbrl finetune`, `mbrl sweep` and `mbrl deploy`, which have no preset, take
 theirs from their own config classes with the classes' defaults (`option_fields`).
 
-Each algorithm reads only some sections (`agents.registry`), and `config.json` holds only those: an
+Each algorithm reads only some sections (`mbrl.agents.registry`), and `config.json` holds only those: an
 option of a section it does not read (given on the command line, to `build`, or with a non-default value
 in a config file) is refused rather than ignored. Validation of one section's values lives in that
 section's `__post_init__`; `TrainConfig.__post_init__` holds only the checks that span sections.
@@ -28,15 +28,15 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Annotated, Any
 
-from agents import presets, registry
-from agents.sac_n import SACNConfig
+from mbrl.agents import presets, registry
+from mbrl.agents.sac_n import SACNConfig
 from mbrl.core.errors import ConfigError
 from mbrl.core.files import write_text_atomic
 from mbrl.core.replay import real_count
-from world_models.ensemble import EnsembleConfig
-from world_models.fit import FitConfig
-from world_models.recurrent import RecurrentConfig
-from world_models.recurrent_fit import RecurrentFitConfig
+from mbrl.world_models.ensemble import EnsembleConfig
+from mbrl.world_models.fit import FitConfig
+from mbrl.world_models.recurrent import RecurrentConfig
+from mbrl.world_models.recurrent_fit import RecurrentFitConfig
 
 CONFIG_VERSION = 1
 
@@ -159,11 +159,11 @@ class _TrainConfigRules:
         (stored with the run, part of the export): for observations of wide or unequal ranges. mopo-ppo has its
         own (ppo.normalize_obs).
 
-    The sections `algo` does not read (`agents.registry`) hold their defaults: a value there would be
+    The sections `algo` does not read (`mbrl.agents.registry`) hold their defaults: a value there would be
     ignored, so it is refused.
     """
 
-    # The fields are generated below (`TrainConfig`): the algorithms' sections come from `agents.registry`.
+    # The fields are generated below (`TrainConfig`): the algorithms' sections come from `mbrl.agents.registry`.
 
     def __post_init__(self):
         entry = registry.entry(self.algo)
@@ -204,7 +204,7 @@ def _field(name: str, kind, default):
     return (name, kind, dataclasses.field(default=default))
 
 
-# Everything that defines a run: the top-level fields, the algorithms' own sections (`agents.registry.SECTIONS`,
+# Everything that defines a run: the top-level fields, the algorithms' own sections (`mbrl.agents.registry.SECTIONS`,
 # so that a new algorithm's section needs no line here), then the model, imagination and schedule sections.
 TrainConfig = dataclasses.make_dataclass(
     "TrainConfig",

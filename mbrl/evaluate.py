@@ -1,9 +1,9 @@
 """Evaluate a policy in the real simulator: N seeded episodes in lockstep, normalized score.
 
 Episode i runs in its own env reset with seed `seed + i` (or the i-th of a list of seeds), so a result
-is reproducible and any single episode can be replayed alone. The envs advance together in `envs.lockstep`'s loop: the policy sees
+is reproducible and any single episode can be replayed alone. The envs advance together in `mbrl.envs.lockstep`'s loop: the policy sees
 the whole batch in ONE call per time step, always N rows (finished episodes padded), so a jitted
-policy compiles once. A policy takes a `PolicyInput` (`envs.lockstep.markov` wraps one of the
+policy compiles once. A policy takes a `PolicyInput` (`mbrl.envs.lockstep.markov` wraps one of the
 observation alone).
 """
 
@@ -15,8 +15,8 @@ from typing import Any
 
 import numpy as np
 
-from envs import lockstep
-from envs.tasks import TASKS, Task, get_task, task_for_env_id
+from mbrl.envs import lockstep
+from mbrl.envs.tasks import TASKS, Task, get_task, task_for_env_id
 from mbrl.core.errors import ConfigError
 from mbrl.core.score import normalized_score, reference_scores
 

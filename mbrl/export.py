@@ -43,7 +43,7 @@ from typing import Any
 
 import numpy as np
 
-from envs.robots.export_format import (
+from mbrl.envs.robots.export_format import (
     CARRY_DTYPES, FORMAT, FORMAT_VERSION, JAX_FILE, JSON_FILE, ONNX_FILE, RECURRENT_INPUTS, RESET_RULE, ExportError,
     state_inputs,
 )
@@ -402,7 +402,7 @@ def verify_export(spec: PolicySpec, export_dir: str | Path, count: int = 1000, s
     drawn around the normalizer's range and far outside it. Raises if it exceeds 1e-5 (a translation bug)."""
     import jax
 
-    from envs.robots.runner import PolicyRunner
+    from mbrl.envs.robots.runner import PolicyRunner
 
     rng = np.random.default_rng(seed)
     if spec.obs_low is not None:

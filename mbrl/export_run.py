@@ -14,7 +14,7 @@ from mbrl.export import ExportError, PolicySpec, observation_envelope
 
 
 def policy_of(agent) -> dict:
-    """`apply_fn` (and `initial_carry`) of a PolicySpec for an `agents.base.Algorithm`'s deterministic policy:
+    """`apply_fn` (and `initial_carry`) of a PolicySpec for an `mbrl.agents.base.Algorithm`'s deterministic policy:
     its `act` on a batch of one, the carry handed through for a recurrent agent."""
     import jax
     import jax.numpy as jnp
@@ -76,8 +76,8 @@ def run_policy_spec(run, params, run_id: str, metadata: dict) -> PolicySpec:
     low, high, names, rate = -np.ones(act_dim), np.ones(act_dim), {}, None
     env_id = None
     if task_name:
-        from envs.robots.mujoco import env_facts
-        from envs.tasks import get_task
+        from mbrl.envs.robots.mujoco import env_facts
+        from mbrl.envs.tasks import get_task
 
         task = get_task(task_name)
         env_id = task.env_id

@@ -2,11 +2,11 @@
 Fine-Tuning Need Not Retain Offline Data"):
 
 1. warm-up: `warmup` steps of the frozen offline policy (sampled) fill a fresh online buffer; no update;
-2. online SAC-N on the same core (`agents.sac.OnlineSAC`) at `utd` updates per new step, keeping none of the
+2. online SAC-N on the same core (`mbrl.agents.sac.OnlineSAC`) at `utd` updates per new step, keeping none of the
    offline data (`retain_offline_ratio` mixes a share of it back into every batch, for comparison). A run
    trained with a BC anchor keeps it, towards the frozen warm-start policy (`_online_config`).
 
-Every command goes through the deploy safety layer and control loop (`envs.robots.loop.ControlLoop`): clip, rate
+Every command goes through the deploy safety layer and control loop (`mbrl.envs.robots.loop.ControlLoop`): clip, rate
 limit, watchdog, safe stop; episodes start with the robot adapter's reset. A transition is stored when a tick
 whose command the policy chose is followed by a fresh observation: the action stored is the command the robot
 reports it sent. Every `update_every` steps one compiled call inserts the new rows and runs `utd * update_every`
@@ -34,7 +34,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from envs.robots.safety import SafetyConfig
+from mbrl.envs.robots.safety import SafetyConfig
 from mbrl.core.errors import ConfigError
 from mbrl.core.files import write_text_atomic
 
@@ -67,7 +67,7 @@ class FinetuneConfig:
     anchor_final: the anchor's weight at the run's end, reached linearly from --anchor over the online phase
         (default: constant).
     rate: control rate in Hz; 0 runs unpaced, as fast as the robot answers.
-    safety: the safety layer between the policy and the robot (`envs.robots.safety`).
+    safety: the safety layer between the policy and the robot (`mbrl.envs.robots.safety`).
     obs_timeout: udp/ros2: seconds to wait for a new observation each tick.
     ros2_backend: ros2: `dds` (cyclonedds, the `ros2` extra) or `rclpy` (a ROS 2 installation).
     """
@@ -171,7 +171,7 @@ def _online_config(config: FinetuneConfig, offline_sac):
     that weight (`anchor_weight`): to the frozen warm-start policy's deterministic actions (`--anchor-final`
     moves it linearly to another weight by the run's end). Such an actor is not a maximiser of its critics: let
     go, it leaves the policy's good region within a few thousand updates (docs/finetune.md)."""
-    from agents.sac import SACConfig
+    from mbrl.agents.sac import SACConfig
     from mbrl.core.replay import real_count
 
     sacn = dataclasses.replace(offline_sac, actor_bc_coef=anchor_weight(config, offline_sac), eta=0.0)
@@ -181,7 +181,7 @@ def _online_config(config: FinetuneConfig, offline_sac):
 
 
 def _source_run(config: FinetuneConfig):
-    from agents.sac_n import SACNAgent
+    from mbrl.agents.sac_n import SACNAgent
     from mbrl.train import load_run
 
     source = load_run(config.run)
@@ -194,8 +194,8 @@ def _source_run(config: FinetuneConfig):
 
 
 def _robot(config: FinetuneConfig, source):
-    from envs.robots.connect import SimOptions, make_robot
-    from envs.tasks import get_task
+    from mbrl.envs.robots.connect import SimOptions, make_robot
+    from mbrl.envs.tasks import get_task
 
     obs_dim, act_dim = int(source.facts["obs_dim"]), int(source.facts["act_dim"])
     low, high = -np.ones(act_dim, np.float32), np.ones(act_dim, np.float32)
@@ -277,8 +277,8 @@ class _Finetuning:
     the record (`write_record`), the checkpoint (`host_state`, `checkpoint`) and finishing (`finish`)."""
 
     def __init__(self, config: FinetuneConfig, run_dir: Path, resume: bool, started: float):
-        from agents.sac import OnlineSAC
-        from envs.tasks import get_task
+        from mbrl.agents.sac import OnlineSAC
+        from mbrl.envs.tasks import get_task
 
         self.config, self.run_dir, self.started = config, run_dir, started
         self.source = source = _source_run(config)
@@ -295,7 +295,7 @@ class _Finetuning:
     def _connect(self, resume: bool, obs_dim: int, act_dim: int) -> None:
         """Connect the robot and check it fits the run; only then write `finetune.json` (a new run) or restore the
         latest checkpoint (a resume). The robot is disconnected if any of it fails."""
-        from envs.robots.connect import check_fit
+        from mbrl.envs.robots.connect import check_fit
         from mbrl.checkpoint import Checkpointer
 
         config, run_dir = self.config, self.run_dir
@@ -330,9 +330,9 @@ class _Finetuning:
 
     def _control(self, resume: bool) -> None:
         """The acting policy, the evaluated one, the safety layer and control loop (`ticks.jsonl`), the metrics log."""
-        from agents.sac import make_policy
-        from envs.robots.loop import ControlLoop
-        from envs.robots.safety import SafetyLayer
+        from mbrl.agents.sac import make_policy
+        from mbrl.envs.robots.loop import ControlLoop
+        from mbrl.envs.robots.safety import SafetyLayer
         from mbrl.logging import RunLogger
 
         config = self.config
@@ -401,7 +401,7 @@ class _Finetuning:
     def _restore_episode(self) -> None:
         """The checkpoint's episode in progress, put back on a simulated robot at the same address; a networked
         robot cannot be put back mid-episode: a new episode starts."""
-        from envs.robots.loop import EpisodeProgress
+        from mbrl.envs.robots.loop import EpisodeProgress
 
         if not self.saved or self.saved["episode"] is None:
             return
@@ -501,7 +501,7 @@ class _Finetuning:
 
     def _evaluation(self) -> dict | None:
         """The deterministic policy's episodes in simulation (`mbrl.evaluate`), when the run's task is known."""
-        from envs.lockstep import markov
+        from mbrl.envs.lockstep import markov
         from mbrl.core.score import evaluation_record
         from mbrl.evaluate import evaluate
 

@@ -1,6 +1,6 @@
 """What an algorithm learns from, as parts that plug into the one training epoch (`mbrl.train`).
 
-An algorithm's `imagination` kind (`agents.base`) picks one part:
+An algorithm's `imagination` kind (`mbrl.agents.base`) picks one part:
 
 - `RealOnly` ("none", BC): batches of real rows; no world model.
 - `FlatImagination` ("transitions", MOPO, RAVL): each collect rolls the policy out for `horizon` steps
@@ -12,9 +12,9 @@ An algorithm's `imagination` kind (`agents.base`) picks one part:
   histories the recurrent model is warmed up on, turned by the agent into one PPO iteration and then dropped.
 - `SequenceImagination` ("sequences", NEUBAY; twni2016/neubay experience/collector.py `ContCollector`):
   1. draw `parallel_size` steps uniformly over the dataset's observations (episode e, step p);
-  2. warm the actor's memory on the real prefix 0..p-1 of episode e (`world_models.rollout.warm_up`);
+  2. warm the actor's memory on the real prefix 0..p-1 of episode e (`mbrl.world_models.rollout.warm_up`);
   3. draw ONE member per trajectory among the elites and roll it out from the real observation at step p
-     with `world_models.rollout.rollout_chunked`, until the episode's remaining horizon runs out, the
+     with `mbrl.world_models.rollout.rollout_chunked`, until the episode's remaining horizon runs out, the
      task's termination fires, or epistemic_std exceeds the threshold (its `unc_quantile` quantile over
      the dataset's transitions, under the elites; the quantile is traced data);
   4. store prefix + imagination as one tape row (the prefix marked real) and earn
@@ -41,7 +41,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import struct
 
-from agents.base import SequenceSettings
+from mbrl.agents.base import SequenceSettings
 from mbrl.core import replay, sequence_replay
 from mbrl.core.replay import ReplayBuffer
 from mbrl.core.sequence_replay import Tape
@@ -55,7 +55,7 @@ HISTOGRAM_BINS = 10
 
 @dataclasses.dataclass(frozen=True)
 class ExploringPolicy:
-    """An algorithm's sampling policy as a `world_models.rollout` PolicyFn (`deterministic`: its greedy
+    """An algorithm's sampling policy as a `mbrl.world_models.rollout` PolicyFn (`deterministic`: its greedy
     policy, for estimates of what it would score). A frozen dataclass: two wrappers of the same algorithm
     are equal, so they share one compile."""
 
@@ -108,7 +108,7 @@ class FlatImagination(RealOnly):
 
     def __init__(self, agent, config):
         super().__init__(agent, config)
-        from world_models.rollout import RolloutConfig
+        from mbrl.world_models.rollout import RolloutConfig
 
         imagination = config.imagination
         self.horizon = imagination.horizon
@@ -123,7 +123,7 @@ class FlatImagination(RealOnly):
         return replay.empty(self.capacity, self.obs_dim, self.act_dim)
 
     def collect(self, agent_state, store: ReplayBuffer, counters, real: ReplayBuffer, world_model, aux, hypers, key):
-        from world_models.rollout import rollout
+        from mbrl.world_models.rollout import rollout
 
         start_key, rollout_key = jax.random.split(key)
         starts = jax.random.randint(start_key, (self.starts,), 0, real.size)
@@ -199,7 +199,7 @@ def start_steps(real: Tape, key, count: int):
 def posterior_members(world_model):
     """The model restricted to its elites (neubay keeps the `collect.ensemble_size` = 100 members of 128
     with the lowest holdout error and measures uncertainty among them only). Other models pass through."""
-    from world_models.model import WorldModel
+    from mbrl.world_models.model import WorldModel
 
     if not isinstance(world_model, WorldModel):
         return world_model
@@ -226,14 +226,14 @@ def quantile_of_sorted(sorted_values: jax.Array, quantile) -> jax.Array:
 
 class SequenceImagination:
     """Long imagined trajectories after real prefixes, on a tape; a collect earns ceil(utd · stored). Its
-    algorithm is an `agents.base.SequenceLearner`."""
+    algorithm is an `mbrl.agents.base.SequenceLearner`."""
 
     uses_model = True
     retains_store = True
     fixed_credit = None
 
     def __init__(self, agent, config):
-        from world_models.rollout import RolloutConfig
+        from mbrl.world_models.rollout import RolloutConfig
 
         self.agent = agent
         self.settings: SequenceSettings = agent.sequence_settings
@@ -251,7 +251,7 @@ class SequenceImagination:
         """The sorted epistemic_std of the posterior members over the dataset's (obs, action) pairs (per
         model when the seeds have their own), computed once per model and dataset; the threshold is its
         `unc_quantile` quantile, taken inside the compiled collect."""
-        from world_models.rollout import dataset_uncertainty
+        from mbrl.world_models.rollout import dataset_uncertainty
 
         cached = self._aux_cache
         if cached is not None and cached[0] is world_model and cached[1] is real:
@@ -285,7 +285,7 @@ class SequenceImagination:
 
     def collect(self, agent_state, tape: Tape, counters: SequenceCounters, real: Tape, world_model, sorted_u, hypers, key):
         """Imagine `parallel_size` trajectories from real prefixes and insert them into the tape."""
-        from world_models.rollout import warm_up
+        from mbrl.world_models.rollout import warm_up
 
         cfg = self.settings
         model = posterior_members(world_model)
@@ -373,7 +373,7 @@ def _imagine_onto_rows(key, model, policy, actor, rows: Tape, offset, start, mem
                        chunk, rollout_config):
     """Roll out from each lane's real observation at `offset` and write the imagined steps into `rows` after
     the prefix, chunk by chunk inside the compiled rollout (memory: two chunks, not the horizon)."""
-    from world_models.rollout import rollout_chunked
+    from mbrl.world_models.rollout import rollout_chunked
 
     lanes = jnp.arange(offset.shape[0])
 
@@ -413,11 +413,11 @@ class RealSteps:
 
 class OnPolicyImagination:
     """Fresh imagined trajectories every iteration, used once (MOPO-PPO; Li et al. 2025, RWM-U); its algorithm
-    is an `agents.base.OnPolicyLearner`.
+    is an `mbrl.agents.base.OnPolicyLearner`.
 
     A collect draws `rollouts_per_epoch` dataset steps s whose episode has a history of the model's length L
     up to s (all steps for a Markov model), warms the model up on steps s-L+1..s, and imagines `horizon` steps
-    from the observation after s (`world_models.rollout.rollout`, the model's carry from the warm-up). Model
+    from the observation after s (`mbrl.world_models.rollout.rollout`, the model's carry from the warm-up). Model
     rewards go through the agent's `model_reward` (the λ·u penalty); a trajectory is cut, and bootstrapped,
     before a step whose uncertainty exceeds `threshold_quantile` of the model's uncertainty on the dataset's
     own steps. The agent turns the rollout into one iteration's batch (`prepare`: values, log-probs, GAE), which
@@ -428,7 +428,7 @@ class OnPolicyImagination:
     retains_store = False
 
     def __init__(self, agent, config):
-        from world_models.rollout import RolloutConfig
+        from mbrl.world_models.rollout import RolloutConfig
 
         self.agent = agent
         self.horizon = config.imagination.horizon
@@ -449,7 +449,7 @@ class OnPolicyImagination:
     def prepare(self, world_model, real: RealSteps):
         """Once per model and dataset: the rows a history may end at, and the sorted uncertainty of the model on
         the dataset's steps (after reading each step's history), whose quantile is the cut."""
-        from world_models.rollout import model_step
+        from mbrl.world_models.rollout import model_step
 
         cached = self._aux_cache
         if cached is not None and cached[0] is world_model and cached[1] is real:
@@ -487,7 +487,7 @@ class OnPolicyImagination:
         return ()
 
     def collect(self, agent_state, store, counters, real: RealSteps, world_model, aux, hypers, key):
-        from world_models.rollout import rollout
+        from mbrl.world_models.rollout import rollout
 
         ends, sorted_u = aux
         pick_key, rollout_key = jax.random.split(key)

@@ -12,7 +12,7 @@ import functools
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from agents import registry
+from mbrl.agents import registry
 from mbrl.config import TrainConfig
 from mbrl.core.errors import ConfigError
 from mbrl.train import dataset_reference_scores, fit_model, world_models_for
@@ -73,7 +73,7 @@ def train_population(
     outlives one population); by default one of its own. Stopped early, `records` ends before the
     schedule's last epoch. Nothing is written to disk.
     """
-    from envs.tasks import find_task
+    from mbrl.envs.tasks import find_task
     from mbrl import datasets
 
     if len(hypers) != len(seeds) or not seeds:
@@ -87,7 +87,7 @@ def train_population(
     if trainer.uses_model:
         if trainer.per_member_model:
             raise ConfigError("population: imagination.per_seed_model needs one model per member; pass one shared model")
-        from world_models.model import ModelInfo
+        from mbrl.world_models.model import ModelInfo
 
         if isinstance(world_model, (str, Path)):
             model = world_models_for(config, dataset, task, [Path(world_model).absolute()], progress=False)

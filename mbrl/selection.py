@@ -28,7 +28,7 @@ METHODS = ("last", "fqe", "model")
 def check_selection(config) -> None:
     """Refuse, before anything is written, a choice the run cannot make: `model` needs an MLP world model (of the
     algorithm's kind) shared by the members."""
-    from agents import registry
+    from mbrl.agents import registry
 
     if config.select.by == "model" and (registry.entry(config.algo).model_kind != "mlp"
                                         or config.imagination.per_seed_model):

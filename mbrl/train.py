@@ -16,8 +16,8 @@ from pathlib import Path
 import jax
 import numpy as np
 
-from agents import registry
-from agents.networks import ObsScale
+from mbrl.agents import registry
+from mbrl.agents.networks import ObsScale
 from mbrl.config import TrainConfig
 from mbrl.core.errors import ConfigError
 from mbrl.core.files import write_text_atomic
@@ -69,16 +69,16 @@ def _model_paths(config: TrainConfig, run_dir: Path, world_model_dir: Path | Non
 
 
 def fit_model(config: TrainConfig, dataset, task, seed_offset: int = 0, progress: bool = False):
-    """A world model of the kind the algorithm fits (`agents.registry.AlgorithmEntry.model_kind`): the MLP
+    """A world model of the kind the algorithm fits (`mbrl.agents.registry.AlgorithmEntry.model_kind`): the MLP
     ensemble with `config`'s ensemble and fit sections, or RWM-U with its rwm and rwm_fit sections (fit seed +
     `seed_offset`)."""
     task_fns = task.model_fns() if task is not None else {}
     if registry.entry(config.algo).model_kind == "rwm":
-        from world_models.recurrent_fit import fit_recurrent_model
+        from mbrl.world_models.recurrent_fit import fit_recurrent_model
 
         fit_config = dataclasses.replace(config.rwm_fit, seed=config.rwm_fit.seed + seed_offset)
         return fit_recurrent_model(dataset, config=config.rwm, fit_config=fit_config, progress=progress, **task_fns).model
-    from world_models.fit import fit_world_model
+    from mbrl.world_models.fit import fit_world_model
 
     fit_config = dataclasses.replace(config.fit, seed=config.fit.seed + seed_offset)
     return fit_world_model(dataset, config=config.ensemble, fit_config=fit_config, progress=progress, **task_fns).model
@@ -86,8 +86,8 @@ def fit_model(config: TrainConfig, dataset, task, seed_offset: int = 0, progress
 
 def world_models_for(config: TrainConfig, dataset, task, paths: list[Path], progress: bool):
     """Load each model that exists, fit (and save) the others; one pytree, seed-stacked when per seed."""
-    from world_models.model import ModelInfo
-    from world_models.recurrent import load_model
+    from mbrl.world_models.model import ModelInfo
+    from mbrl.world_models.recurrent import load_model
 
     task_fns = task.model_fns() if task is not None else {}
     models = []
@@ -154,7 +154,7 @@ def run(
     `dataset`: an already loaded `OfflineDataset` (else `mbrl.datasets.load(config.dataset)`).
     `on_epoch`: called on the host after each epoch's record is written (tests, scripts).
     """
-    from envs.tasks import find_task
+    from mbrl.envs.tasks import find_task
     from mbrl import config as config_io
     from mbrl import datasets
     from mbrl.checkpoint import Checkpointer

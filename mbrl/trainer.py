@@ -1,4 +1,4 @@
-"""The one training program: every algorithm (`agents.registry`) runs in it.
+"""The one training program: every algorithm (`mbrl.agents.registry`) runs in it.
 
 One epoch is a pure function of the training state (agent state, imagined data, counters, hyperparameters,
 RNG key, epoch counter):
@@ -15,7 +15,7 @@ epoch's averaged metrics.
 A run is a *population*: every leaf of the state leads with a member axis, and a member is a seed and a
 set of hyperparameters (the values that do not change array shapes: learning rates, gamma, tau, MOPO's
 lambda, EDAC's eta, the BC weight, the initial temperature, NEUBAY's uncertainty quantile; see
-`agents.registry`). `--seeds N` is a population of N seeds with the config's values;
+`mbrl.agents.registry`). `--seeds N` is a population of N seeds with the config's values;
 `train_population(config, hypers, seeds)` varies the values too. The epoch is vmapped over the members,
 or mapped one after another (`lax.map`) where the collect decision is per member (NEUBAY: a vmap would
 run both branches of it). The world model is shared (an unbatched argument) or one per member. Every E
@@ -47,8 +47,8 @@ import numpy as np
 from flax import struct
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
-from agents import registry
-from agents.networks import ObsScale
+from mbrl.agents import registry
+from mbrl.agents.networks import ObsScale
 from mbrl import imagination
 from mbrl.config import TrainConfig
 from mbrl.core.errors import ConfigError
@@ -65,7 +65,7 @@ class TrainState:
     store: Any  # the imagined data: a ReplayBuffer, a sequence Tape, or None (BC)
     counters: Any  # the imagination part's own counters (NEUBAY: collects, the last collect's stats)
     credit: jax.Array  # () int32: updates earned by collected data, not yet done
-    hypers: Any  # the member's hyperparameters as traced data (`agents.base.Hypers`)
+    hypers: Any  # the member's hyperparameters as traced data (`mbrl.agents.base.Hypers`)
     key: jax.Array
     epoch: jax.Array  # () int32, epochs done
 

@@ -33,15 +33,15 @@ import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 
-from envs import collect, lockstep  # noqa: E402
-from envs.tasks import find_task  # noqa: E402
+from mbrl.envs import collect, lockstep  # noqa: E402
+from mbrl.envs.tasks import find_task  # noqa: E402
 from mbrl import config as config_io  # noqa: E402
 from mbrl import datasets  # noqa: E402
 from mbrl.core.errors import ConfigError  # noqa: E402
 from mbrl.evaluate import normalized_score  # noqa: E402
 from mbrl.train import world_models_for  # noqa: E402
 from mbrl.trainer import hypers_of, trainer_for  # noqa: E402
-from world_models.rollout import MarkovPolicy, RolloutConfig, rollout  # noqa: E402
+from mbrl.world_models.rollout import MarkovPolicy, RolloutConfig, rollout  # noqa: E402
 
 
 def parse_overrides(items: list[str]) -> dict:

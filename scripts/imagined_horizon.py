@@ -31,13 +31,13 @@ import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 
 from mbrl.core.tanh_gaussian import sample_tanh_gaussian  # noqa: E402
-from envs import behaviour, collect, lockstep  # noqa: E402
-from envs.tasks import get_task  # noqa: E402
+from mbrl.envs import behaviour, collect, lockstep  # noqa: E402
+from mbrl.envs.tasks import get_task  # noqa: E402
 from mbrl import datasets  # noqa: E402
 from mbrl.core import sequence_replay  # noqa: E402
 from mbrl.imagination import posterior_members, start_steps  # noqa: E402
-from world_models.model import load as load_model  # noqa: E402
-from world_models.rollout import MarkovPolicy, RolloutConfig, rollout, uncertainty_threshold  # noqa: E402
+from mbrl.world_models.model import load as load_model  # noqa: E402
+from mbrl.world_models.rollout import MarkovPolicy, RolloutConfig, rollout, uncertainty_threshold  # noqa: E402
 
 
 def summary(name: str, lengths, terminated, cut, remaining) -> dict:

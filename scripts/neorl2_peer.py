@@ -23,7 +23,7 @@ The driver runs under the project's venv. For each (side, algo, seed) it trains 
 - ours: `mbrl train --algo bc|mopo --preset paper` with the same budget and, where the two correspond, the peer's
   values (see OURS_MATCHED).
 
-Then both sides are scored by `mbrl.evaluate.evaluate` on the project's DMSD simulator (`envs.neorl2.dmsd`) with the
+Then both sides are scored by `mbrl.evaluate.evaluate` on the project's DMSD simulator (`mbrl.envs.neorl2.dmsd`) with the
 same reset seeds (episode i of training seed s resets with eval_seed + s * episodes + i, as `mbrl train` and
 `mbrl eval` do). The peer's deterministic action (OfflineRL's `policy.get_action`: BC's Gaussian mean, MOPO's
 tanh of the mean) is recomputed in numpy from the exported layers; the driver checks it against torch's on the
@@ -232,8 +232,8 @@ def reset_seeds(eval_seed: int, seed: int, episodes: int) -> list[int]:
 
 
 def run_peer(a, algo: str, seed: int, out: Path) -> dict:
-    from envs import lockstep
-    from envs.tasks import get_task
+    from mbrl.envs import lockstep
+    from mbrl.envs.tasks import get_task
     from mbrl.evaluate import evaluate
 
     directory = out / "runs" / f"peer-{algo}-s{seed}"
@@ -265,7 +265,7 @@ def run_peer(a, algo: str, seed: int, out: Path) -> dict:
 
 def run_ours(a, algo: str, seed: int, out: Path) -> dict:
     import jax.numpy as jnp  # noqa: F401  (the project's runtime)
-    from envs.tasks import get_task
+    from mbrl.envs.tasks import get_task
     from mbrl.train import load_run
 
     directory = out / "runs" / f"ours-{algo}-s{seed}"
@@ -358,7 +358,7 @@ def main(argv=None) -> int:
         p.error(f"--dataset: no file {a.dataset}")
 
     sys.path.insert(0, str(ROOT))
-    from envs.tasks import get_task
+    from mbrl.envs.tasks import get_task
     from mbrl import datasets
 
     task = get_task(TASK)

@@ -46,7 +46,7 @@ def true_returns(policy, task, episodes: int, gamma: float, seed: int, steps: in
 
 
 def _returns(policy, task, episodes: int, seed: int, steps: int | None, gamma: float) -> float:
-    from envs import lockstep
+    from mbrl.envs import lockstep
 
     envs = [task.make_env(**({} if steps is None else {"max_episode_steps": steps})) for _ in range(episodes)]
     try:
@@ -91,7 +91,7 @@ def behaviour_policies(task: str):
     expert and the medium-replay run's snapshots, from random-like to medium."""
     import jax
 
-    from envs.behaviour import load_actor, load_snapshots, read_record
+    from mbrl.envs.behaviour import load_actor, load_snapshots, read_record
     from mbrl.core.tanh_gaussian import tanh_gaussian_mode
     from mbrl.core.types import TASK_SPECS
     from mbrl.ope.judged import JudgedPolicy
@@ -186,7 +186,7 @@ def main(argv=None) -> int:
     if args.write_negated is None and (not args.runs or args.out is None):
         parser.error("--runs and --out: expected run directories and an output folder")
 
-    from envs.tasks import find_task
+    from mbrl.envs.tasks import find_task
     from mbrl import datasets
     from mbrl.core.score import normalized_score, reference_scores
     from mbrl.ope.estimates import critic_estimate, fqe_estimate, model_estimate

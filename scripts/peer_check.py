@@ -87,11 +87,11 @@ class Setting:
 
     def __init__(self, algo: str, dataset: str, world_model: str):
         import jax
-        from envs.tasks import TASKS
+        from mbrl.envs.tasks import TASKS
         from mbrl import config as config_io
         from mbrl import datasets
         from mbrl.train import dataset_reference_scores
-        from world_models.recurrent import load_model
+        from mbrl.world_models.recurrent import load_model
 
         self.algo = algo
         self.dataset = datasets.load(dataset)
@@ -127,7 +127,7 @@ class Setting:
         out = self._step(key, obs, action)
         next_obs, reward, terminal, u = (np.asarray(x)[:count] for x in (out.next_obs, out.reward, out.terminal,
                                                                            out.uncertainty))
-        from agents.mopo import penalized_reward
+        from mbrl.agents.mopo import penalized_reward
 
         return next_obs, np.asarray(penalized_reward(reward, u, self.penalty)), terminal
 
@@ -175,7 +175,7 @@ class Setting:
 
 def gaussian_logp_and_correction(noise, log_std, pre_tanh):
     """The tanh-Gaussian log-probability's two sums in float64: log N(pre_tanh) and the exact log(1 - tanh²)
-    (`agents.networks.sample_tanh_gaussian`'s stable form, here in numpy for either side's outputs)."""
+    (`mbrl.agents.networks.sample_tanh_gaussian`'s stable form, here in numpy for either side's outputs)."""
     gauss = np.sum(-0.5 * noise**2 - log_std - 0.5 * np.log(2 * np.pi), axis=-1)
     correction = np.sum(2.0 * (np.log(2.0) - pre_tanh - np.logaddexp(0.0, -2.0 * pre_tanh)), axis=-1)
     return gauss, correction
@@ -199,7 +199,7 @@ def means(records: list[dict]) -> dict:
 def ours(setting: Setting, args, overrides: dict):
     import jax
 
-    from agents.sac_n import edac_diversity
+    from mbrl.agents.sac_n import edac_diversity
     from mbrl import config as config_io
     from mbrl.trainer import host_metrics, hypers_of, trainer_for
 

@@ -59,9 +59,9 @@ def _summary(result) -> dict:
 
 def world_model_for(dataset_name: str, dataset, preset: str, out: Path, fit_seconds: float | None = None) -> Path:
     """Fit one world model per dataset (shared by MOPO and RAVL), or reuse the saved one."""
-    from envs.tasks import find_task
+    from mbrl.envs.tasks import find_task
     from mbrl import config as config_io
-    from world_models.fit import fit_world_model
+    from mbrl.world_models.fit import fit_world_model
 
     path = out / "models" / config_io.dataset_key(dataset_name)  # a file path gives its stem
     if (path / "model.json").is_file():
@@ -78,7 +78,7 @@ def world_model_for(dataset_name: str, dataset, preset: str, out: Path, fit_seco
 def final_evaluation(run_dir: Path, episodes: int) -> dict:
     """The finished run's policies scored on `episodes` episodes per seed (NeoRL-2 scores with 1,000), with the
     resets `mbrl eval` uses."""
-    from envs.tasks import get_task
+    from mbrl.envs.tasks import get_task
     from mbrl.core.score import scores_of
     from mbrl.logging import mean_stderr
     from mbrl.train import load_run

@@ -39,10 +39,10 @@ from flax import serialization  # noqa: E402
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from agents.sac import OnlineSAC, OnlineState, SACConfig, make_policy  # noqa: E402
-from envs import lockstep  # noqa: E402
-from envs.behaviour import EXPERT_BAR, stepped  # noqa: E402
-from envs.collect import make_env  # noqa: E402
+from mbrl.agents.sac import OnlineSAC, OnlineState, SACConfig, make_policy  # noqa: E402
+from mbrl.envs import lockstep  # noqa: E402
+from mbrl.envs.behaviour import EXPERT_BAR, stepped  # noqa: E402
+from mbrl.envs.collect import make_env  # noqa: E402
 from mbrl.core.types import TASK_SPECS, Transitions  # noqa: E402
 from mbrl.evaluate import evaluate  # noqa: E402
 
@@ -69,7 +69,7 @@ def atomic_write_bytes(path: Path, data: bytes) -> None:
 
 @dataclasses.dataclass
 class OnlineRun:
-    """Behaviour training's host side around the one env loop (`envs.lockstep.Lockstep`, one slot): the warm-up
+    """Behaviour training's host side around the one env loop (`mbrl.envs.lockstep.Lockstep`, one slot): the warm-up
     acts uniformly at random (a numpy stream of the seed), then the actor samples with key (seed ^ 0x5AC, env
     step); episode i resets with seed `seed + i`. Each chunk is K env steps, then one compiled `OnlineSAC.chunk`."""
 
@@ -274,7 +274,7 @@ def _stochastic_returns(task: str, core, actor, episodes: int, seed: int) -> np.
 
 def finalize(args) -> None:
     """Choose the expert and medium snapshots, evaluate them on 100 episodes, write envs/behaviour/."""
-    from envs.behaviour import BEHAVIOUR_DIR, uniform_policy  # noqa: PLC0415
+    from mbrl.envs.behaviour import BEHAVIOUR_DIR, uniform_policy  # noqa: PLC0415
 
     task, run_dir = args.task, Path(args.out) / args.task
     core = _actor_template(task)
@@ -359,8 +359,8 @@ def table(args) -> None:
     """Make each level of each task (reusing existing datasets) and print a Markdown table of them."""
     import minari  # noqa: PLC0415
 
-    from envs.behaviour import read_record  # noqa: PLC0415
-    from envs.collect import SCORE_BANDS, data_score  # noqa: PLC0415
+    from mbrl.envs.behaviour import read_record  # noqa: PLC0415
+    from mbrl.envs.collect import SCORE_BANDS, data_score  # noqa: PLC0415
     from mbrl.core.dataset_registry import LEVELS, data_dir, minari_id  # noqa: PLC0415
     from mbrl.commands.data_make import MakeArgs, make  # noqa: PLC0415
 

@@ -4,7 +4,7 @@ State (position m, velocity m/s), action a force in [-1, 1] N; 50 Hz; x' = v, v'
 strong friction: its speed follows 2 u within 0.2 s).
 Reward r = -x_next^2 - 0.01 u^2, closed form, so an imported dataset's returns can be checked. Episodes of 100
 steps start at a position in [-1, 1]. The logging policy pushes the wrong way half of the time.
-`python -m envs.robots.serve --step cart_robot:Cart --robot udp://127.0.0.1:0` serves it (with tests/ on
+`python -m mbrl.envs.robots.serve --step cart_robot:Cart --robot udp://127.0.0.1:0` serves it (with tests/ on
 PYTHONPATH); `DECLARATION` is its task file.
 """
 
@@ -61,7 +61,7 @@ def reward_np(action, next_state) -> float:
 
 
 class Cart:
-    """The robot side, as `envs.robots.serve` wraps it."""
+    """The robot side, as `mbrl.envs.robots.serve` wraps it."""
 
     obs_dim, act_dim = 2, 1
     action_low, action_high = np.array([-1.0]), np.array([1.0])

@@ -101,7 +101,7 @@ def export_dir(tmp_path_factory, onnx_extra):
     sample dataset; (folder, PolicySpec)."""
     import jax
 
-    from agents.sac_n import SACN, SACNConfig
+    from mbrl.agents.sac_n import SACN, SACNConfig
     from mbrl.datasets import SAMPLE_PATH, load
     from mbrl.export import PolicySpec, export_policy
 

@@ -1,4 +1,4 @@
-"""The agents through `agents.registry` (RAVL, MOPO, BC): one update lowers the loss it steps on, the hypers
+"""The agents through `mbrl.agents.registry` (RAVL, MOPO, BC): one update lowers the loss it steps on, the hypers
 given are the ones used, acting, MOPO's penalty, and the presets' published values.
 
 The SAC-N core's critic and EDAC losses against a direct computation: tests/test_sac.py.
@@ -13,8 +13,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from agents import presets, registry
-from agents.mopo import penalized_reward
+from mbrl.agents import presets, registry
+from mbrl.agents.mopo import penalized_reward
 from mbrl import config as config_io
 from mbrl.core.types import PolicyInput, Transitions
 

@@ -29,7 +29,7 @@ def test_a_value_of_the_wrong_type_is_one_line_and_exit_2(argv, flag, capsys):
 
 
 def test_finetune_options_are_the_configs_fields_with_its_defaults():
-    from envs.robots.safety import SafetyConfig
+    from mbrl.envs.robots.safety import SafetyConfig
     from mbrl.commands.finetune import FinetuneArgs
     from mbrl.finetune import FinetuneConfig
 
@@ -45,8 +45,8 @@ def test_finetune_options_are_the_configs_fields_with_its_defaults():
 
 
 def test_deploy_safety_and_sim_options_come_from_their_classes():
-    from envs.robots.connect import SimOptions
-    from envs.robots.safety import SafetyConfig
+    from mbrl.envs.robots.connect import SimOptions
+    from mbrl.envs.robots.safety import SafetyConfig
     from mbrl.commands.deploy import DeployArgs
 
     args = tyro.cli(DeployArgs, args=["EXPORT", "--robot", "udp://h:1"])

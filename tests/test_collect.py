@@ -12,7 +12,7 @@ import jax
 import numpy as np
 import pytest
 
-from envs import behaviour, collect, lockstep
+from mbrl.envs import behaviour, collect, lockstep
 from mbrl import datasets
 from mbrl.cli import main
 from mbrl.core import dataset_registry as registry

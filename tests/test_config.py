@@ -12,16 +12,16 @@ import json
 import pytest
 import tyro
 
-from agents import presets, registry
-from agents.neubay_presets import PER_DATASET as NEUBAY_DATASETS
-from agents.presets import MOPO_HORIZON_PENALTY
-from agents.sac_n import SACNConfig
+from mbrl.agents import presets, registry
+from mbrl.agents.neubay_presets import PER_DATASET as NEUBAY_DATASETS
+from mbrl.agents.presets import MOPO_HORIZON_PENALTY
+from mbrl.agents.sac_n import SACNConfig
 from mbrl import config as config_io
 from mbrl.cli import main
 from mbrl.commands.model import FitArgs
 from mbrl.core.errors import ConfigError
-from world_models.ensemble import EnsembleConfig
-from world_models.fit import FitConfig
+from mbrl.world_models.ensemble import EnsembleConfig
+from mbrl.world_models.fit import FitConfig
 
 
 def one_line_error(capsys) -> str:

@@ -160,7 +160,7 @@ def run_cli(capsys, *args: str) -> tuple[int, str, str]:
 
 
 def test_bag_imports_as_the_simulated_run(tmp_path, capsys, cart_bag, cart_run):
-    from envs.tasks import find_task
+    from mbrl.envs.tasks import find_task
     from mbrl.datasets import load
 
     toml = declare(tmp_path / "robot")

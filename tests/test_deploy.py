@@ -15,11 +15,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from envs.robots.loop import ControlLoop
-from envs.robots.mujoco import MujocoRobot
-from envs.robots.ros2 import rclpy_available
-from envs.robots.runner import PolicyRunner, RewardFeed
-from envs.robots.safety import SafetyConfig, SafetyLayer
+from mbrl.envs.robots.loop import ControlLoop
+from mbrl.envs.robots.mujoco import MujocoRobot
+from mbrl.envs.robots.ros2 import rclpy_available
+from mbrl.envs.robots.runner import PolicyRunner, RewardFeed
+from mbrl.envs.robots.safety import SafetyConfig, SafetyLayer
 from mbrl.cli import main
 
 EPISODE_STEPS = 60  # the sim server's time limit: short episodes keep the tests fast
@@ -31,7 +31,7 @@ def neubay_export(tmp_path_factory, onnx_extra):
     """A NEUBAY actor (LRU memory, 2 layers) at init for Hopper-v5, exported as a run's policy is."""
     import jax
 
-    from agents.neubay import Neubay, NeubayConfig
+    from mbrl.agents.neubay import Neubay, NeubayConfig
     from mbrl.datasets import SAMPLE_PATH, load
     from mbrl.export import PolicySpec, export_policy, observation_envelope
     from mbrl.export_run import policy_of
@@ -49,10 +49,10 @@ def neubay_export(tmp_path_factory, onnx_extra):
 
 @pytest.fixture(scope="module")
 def sim_server(tmp_path_factory):
-    """`python -m envs.robots.sim_server` in its own process on a free port; yields (port, events log)."""
+    """`python -m mbrl.envs.robots.sim_server` in its own process on a free port; yields (port, events log)."""
     events = tmp_path_factory.mktemp("server") / "events.jsonl"
     process = subprocess.Popen(
-        [sys.executable, "-m", "envs.robots.sim_server", "--env", "Hopper-v5", "--port", "0",
+        [sys.executable, "-m", "mbrl.envs.robots.sim_server", "--env", "Hopper-v5", "--port", "0",
          "--max-episode-steps", str(EPISODE_STEPS), "--log", str(events)],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO,
     )
@@ -260,7 +260,7 @@ def test_ros2_robot_round_trip(export_dir):
     from sensor_msgs.msg import JointState
     from std_msgs.msg import Float64MultiArray
 
-    from envs.robots.ros2 import Ros2Robot
+    from mbrl.envs.robots.ros2 import Ros2Robot
 
     robot = Ros2Robot("/mbrl_test", 11, -np.ones(3), np.ones(3), obs_timeout=0.5)
     robot.connect()

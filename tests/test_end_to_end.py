@@ -19,7 +19,7 @@ import time
 import numpy as np
 import pytest
 
-from agents import registry
+from mbrl.agents import registry
 from mbrl import config as config_io
 from mbrl.cli import main as cli_main
 
@@ -50,10 +50,10 @@ def tiny_config(algo: str, dataset: str):
 
 @pytest.fixture(scope="module")
 def world_model_dir(hopper_tiny_path, tmp_path_factory):
-    from envs.tasks import TASKS
+    from mbrl.envs.tasks import TASKS
     from mbrl import datasets
-    from world_models.ensemble import EnsembleConfig
-    from world_models.fit import FitConfig, fit_world_model
+    from mbrl.world_models.ensemble import EnsembleConfig
+    from mbrl.world_models.fit import FitConfig, fit_world_model
 
     result = fit_world_model(datasets.load(hopper_tiny_path), config=EnsembleConfig(num_members=3, num_elites=2,
                              hidden_dims=(16, 16)), fit_config=FitConfig(max_epochs=2),

@@ -8,8 +8,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from envs.lockstep import markov
-from envs.tasks import TASKS
+from mbrl.envs.lockstep import markov
+from mbrl.envs.tasks import TASKS
 from mbrl.core.errors import ConfigError
 from mbrl.core.types import PolicyInput
 from mbrl.evaluate import EvalResult, evaluate, normalized_score

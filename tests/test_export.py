@@ -16,7 +16,7 @@ import pytest
 import jax
 import jax.numpy as jnp
 
-from envs.robots.runner import PolicyRunner
+from mbrl.envs.robots.runner import PolicyRunner
 from mbrl import __version__
 from mbrl.cli import main
 from mbrl.datasets import SAMPLE_PATH, load
@@ -37,7 +37,7 @@ def dataset():
 @pytest.fixture(scope="module")
 def spec(dataset):
     """A BC policy after 300 updates on the sample dataset, trained on normalized observations."""
-    from agents.bc import BC, BCConfig
+    from mbrl.agents.bc import BC, BCConfig
     from mbrl.core.types import Transitions
 
     data = dataset.transitions
@@ -269,7 +269,7 @@ def test_neubay_run_exports_with_its_carry_and_onnx_equals_jax_over_a_200_step_e
     over 200 steps of a real Hopper-v5 episode, fed the same observations."""
     import gymnasium
 
-    from agents.registry import make
+    from mbrl.agents.registry import make
     from mbrl import config as config_io
     from mbrl.core.types import PolicyInput
 

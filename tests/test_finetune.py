@@ -26,13 +26,13 @@ TINY = {"steps": 200, "warmup": 100, "update_every": 50, "eval_every": 100, "eva
 @pytest.fixture(scope="module")
 def offline_run(tmp_path_factory):
     """A MOPO run (2 critics of 16x16, 20 updates) on the shipped Hopper-v5 sample, with a tiny world model."""
-    from envs.tasks import TASKS
+    from mbrl.envs.tasks import TASKS
     from mbrl import config as config_io
     from mbrl import datasets
     from mbrl.datasets import SAMPLE_PATH
     from mbrl.train import run as train
-    from world_models.ensemble import EnsembleConfig
-    from world_models.fit import FitConfig, fit_world_model
+    from mbrl.world_models.ensemble import EnsembleConfig
+    from mbrl.world_models.fit import FitConfig, fit_world_model
 
     root = tmp_path_factory.mktemp("offline")
     model = fit_world_model(datasets.load(SAMPLE_PATH), config=EnsembleConfig(num_members=3, num_elites=2, hidden_dims=(16, 16)),
@@ -69,7 +69,7 @@ def uninterrupted(offline_run, tmp_path_factory):
 
 
 def test_the_warm_up_makes_no_update(offline_run, uninterrupted):
-    from agents.sac import OnlineSAC
+    from mbrl.agents.sac import OnlineSAC
     from mbrl.checkpoint import Checkpointer
     from mbrl.finetune import _online_config
     from mbrl.train import load_run
@@ -99,7 +99,7 @@ def test_the_warm_up_makes_no_update(offline_run, uninterrupted):
 
 def test_by_default_no_offline_row_is_ever_sampled(offline_run):
     """The batches an update chunk draws: none from the offline data by default, half with a ratio of 0.5."""
-    from agents.sac import OnlineSAC
+    from mbrl.agents.sac import OnlineSAC
     from mbrl import datasets
     from mbrl.core import replay
     from mbrl.core.types import Transitions
@@ -159,7 +159,7 @@ def test_kill_9_then_resume_gives_the_uninterrupted_runs_metrics(offline_run, un
 @pytest.fixture(scope="module")
 def udp_server(tmp_path_factory):
     events = tmp_path_factory.mktemp("udp") / "events.jsonl"
-    process = subprocess.Popen([sys.executable, "-m", "envs.robots.sim_server", "--env", "Hopper-v5", "--port", "0",
+    process = subprocess.Popen([sys.executable, "-m", "mbrl.envs.robots.sim_server", "--env", "Hopper-v5", "--port", "0",
                                 "--log", str(events)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO)
     line = process.stdout.readline()
     assert line.startswith("listening on "), process.stderr.read()
@@ -198,12 +198,12 @@ def test_finetune_over_udp_sigterm_stops_the_robot_then_checkpoints_and_resumes(
 
 
 def test_finetune_over_ros2_dds_reproduces_the_in_process_robot(offline_run, uninterrupted, loopback_dds, tmp_path):
-    """The same fine-tuning through `python -m envs.robots.dds_sim` in another process: the same episodes,
+    """The same fine-tuning through `python -m mbrl.envs.robots.dds_sim` in another process: the same episodes,
     rows and updates as with the in-process MuJoCo robot, so the same metrics."""
     pytest.importorskip("cyclonedds", reason="cyclonedds is not installed: pip install 'offline-mbrl[ros2]'")
     prefix = f"/mbrl_finetune_{os.getpid()}"
     events = tmp_path / "events.jsonl"
-    node = subprocess.Popen([sys.executable, "-m", "envs.robots.dds_sim", "--env", "Hopper-v5", "--prefix", prefix,
+    node = subprocess.Popen([sys.executable, "-m", "mbrl.envs.robots.dds_sim", "--env", "Hopper-v5", "--prefix", prefix,
                              "--log", str(events)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO)
     try:
         assert node.stdout.readline().strip() == f"ready on ros2:{prefix}", node.stderr.read()

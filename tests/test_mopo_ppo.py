@@ -15,7 +15,7 @@ from mbrl import config as config_io
 from mbrl import datasets
 from mbrl.core.errors import ConfigError
 from mbrl.population import train_population
-from world_models.base import MarkovModel, StepOutput
+from mbrl.world_models.base import MarkovModel, StepOutput
 
 TINY = {
     "ppo": {"hidden_sizes": [16, 16], "learning_epochs": 2, "minibatches": 4},
@@ -117,8 +117,8 @@ def test_an_algorithm_that_imagines_from_single_states_refuses_a_recurrent_model
     import jax
 
     from mbrl.train import run
-    from world_models.model import Normalizer
-    from world_models.recurrent import RecurrentConfig, RecurrentWorldModel, init_params
+    from mbrl.world_models.model import Normalizer
+    from mbrl.world_models.recurrent import RecurrentConfig, RecurrentWorldModel, init_params
 
     config = RecurrentConfig(num_heads=2, gru_layers=1, gru_hidden=4, head_hidden=(4,), history=2, forecast=2)
     model = RecurrentWorldModel(params=init_params(jax.random.PRNGKey(0), config, 14, 12),

@@ -1,4 +1,4 @@
-"""DMSD (envs.neorl2.dmsd) against NeoRL-2's released DMSD files: reward, termination, dynamics, seeding."""
+"""DMSD (mbrl.envs.neorl2.dmsd) against NeoRL-2's released DMSD files: reward, termination, dynamics, seeding."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import jax
 import numpy as np
 import pytest
 
-from envs.neorl2 import dmsd
+from mbrl.envs.neorl2 import dmsd
 from neorl2_files import neorl2_arrays
 
 FILES = ("DMSD-high-100000-train.npz", "DMSD-high-20000-val.npz")

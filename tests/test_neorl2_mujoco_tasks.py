@@ -1,4 +1,4 @@
-"""RandomFrictionHopper and SafetyHalfCheetah (envs.neorl2.mujoco_tasks) against NeoRL-2's released files."""
+"""RandomFrictionHopper and SafetyHalfCheetah (mbrl.envs.neorl2.mujoco_tasks) against NeoRL-2's released files."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import jax
 import numpy as np
 import pytest
 
-from envs.neorl2 import mujoco_tasks as mt
+from mbrl.envs.neorl2 import mujoco_tasks as mt
 from neorl2_files import neorl2_arrays
 
 HOPPER_FILES = ("RandomFrictionHopper-high-20000-val.npz",)  # the train file is not public
@@ -174,7 +174,7 @@ def test_cheetah_speed_limit_costs_reward():
 
 @pytest.mark.parametrize("cls", ["RandomFrictionHopperEnv", "SafetyHalfCheetahEnv"])
 def test_gymnasium_make_with_mode(cls):
-    spec = gym.envs.registration.EnvSpec(id=f"Test{cls}-v0", entry_point=f"envs.neorl2.mujoco_tasks:{cls}",
+    spec = gym.envs.registration.EnvSpec(id=f"Test{cls}-v0", entry_point=f"mbrl.envs.neorl2.mujoco_tasks:{cls}",
                                          max_episode_steps=5, kwargs={"mode": "train"})
     env = gym.make(spec)
     env.reset(seed=0)

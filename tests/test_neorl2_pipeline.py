@@ -1,4 +1,4 @@
-"""Pipeline (envs.neorl2.pipeline) against the Pipeline files here: reward, termination, dynamics, seeding.
+"""Pipeline (mbrl.envs.neorl2.pipeline) against the Pipeline files here: reward, termination, dynamics, seeding.
 
 These two files are an earlier collection than NeoRL-2's released Pipeline files (other md5s): another
 behaviour policy, and every episode starts at target 50. Their rewards and flows still follow the
@@ -12,7 +12,7 @@ import jax
 import numpy as np
 import pytest
 
-from envs.neorl2 import pipeline
+from mbrl.envs.neorl2 import pipeline
 from neorl2_files import neorl2_arrays
 
 FILES = ("Pipeline-high-100000-train.npz", "Pipeline-high-20000-val.npz")

@@ -1,4 +1,4 @@
-"""RocketRecovery (envs.neorl2.rocket_recovery) against NeoRL-2's released val file: reward, termination,
+"""RocketRecovery (mbrl.envs.neorl2.rocket_recovery) against NeoRL-2's released val file: reward, termination,
 dynamics (exact replay of the file's episodes, and one step from a row's state), seeding."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import jax
 import numpy as np
 import pytest
 
-from envs.neorl2 import rocket_recovery as rr
+from mbrl.envs.neorl2 import rocket_recovery as rr
 from neorl2_files import neorl2_arrays
 
 FILES = ("RocketRecovery-high-20000-val.npz",)  # the train file is not released here

@@ -1,4 +1,4 @@
-"""Simglucose (envs.neorl2.simglucose) against NeoRL-2's released files: reward, termination, replayed
+"""Simglucose (mbrl.envs.neorl2.simglucose) against NeoRL-2's released files: reward, termination, replayed
 episodes, seeding."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import jax
 import numpy as np
 import pytest
 
-from envs.neorl2 import simglucose as sg
+from mbrl.envs.neorl2 import simglucose as sg
 from neorl2_files import neorl2_arrays
 
 FILES = ("Simglucose-high-100000-train.npz", "Simglucose-high-20000-val.npz")

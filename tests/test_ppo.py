@@ -12,7 +12,7 @@ import pytest
 from flax import struct
 
 from mbrl.core.tanh_gaussian import sample_tanh_gaussian
-from agents.ppo import (
+from mbrl.agents.ppo import (
     LR_MAX,
     LR_MIN,
     PPO,
@@ -26,8 +26,8 @@ from mbrl.core.tanh_gaussian import tanh_gaussian_log_prob
 from mbrl.core.errors import ConfigError
 from mbrl.core.types import Transitions
 from mbrl.imagination import ExploringPolicy
-from world_models.base import MarkovModel, StepOutput
-from world_models.rollout import RolloutConfig, rollout
+from mbrl.world_models.base import MarkovModel, StepOutput
+from mbrl.world_models.rollout import RolloutConfig, rollout
 
 OBS = ACT = 2
 ENVS, HORIZON, POPULATION = 64, 16, 2

@@ -1,6 +1,6 @@
-"""RWM-U (`world_models.recurrent`): on a system whose velocity the observation hides, the recurrent model reads
+"""RWM-U (`mbrl.world_models.recurrent`): on a system whose velocity the observation hides, the recurrent model reads
 it from the history and forecasts far better than the MLP ensemble; its heads disagree off the data; it rolls
-out through `world_models.rollout` with its carry; it saves and loads; bad input is refused clearly."""
+out through `mbrl.world_models.rollout` with its carry; it saves and loads; bad input is refused clearly."""
 
 from __future__ import annotations
 
@@ -14,12 +14,12 @@ import pytest
 
 from mbrl.core.errors import ConfigError, DatasetError, UserError
 from mbrl.core.types import DatasetInfo, OfflineDataset, Transitions
-from world_models.ensemble import EnsembleConfig
-from world_models.fit import FitConfig, fit_world_model
-from world_models.metrics import history_holdout_metrics, open_loop_errors
-from world_models.recurrent import RecurrentConfig, RecurrentWorldModel, load_model
-from world_models.recurrent_fit import RecurrentFitConfig, fit_recurrent_model
-from world_models.rollout import MarkovPolicy, RolloutConfig, rollout
+from mbrl.world_models.ensemble import EnsembleConfig
+from mbrl.world_models.fit import FitConfig, fit_world_model
+from mbrl.world_models.metrics import history_holdout_metrics, open_loop_errors
+from mbrl.world_models.recurrent import RecurrentConfig, RecurrentWorldModel, load_model
+from mbrl.world_models.recurrent_fit import RecurrentFitConfig, fit_recurrent_model
+from mbrl.world_models.rollout import MarkovPolicy, RolloutConfig, rollout
 
 EPISODES, LENGTH, FORECAST = 40, 50, 8
 TINY_RWM = RecurrentConfig(num_heads=3, gru_layers=1, gru_hidden=24, head_hidden=(24,), history=4, forecast=FORECAST)
@@ -99,7 +99,7 @@ def test_heads_disagree_more_off_the_data(data, rwm):
 
 
 def test_rollout_threads_the_carry_as_a_loop_of_steps(data, rwm):
-    """`world_models.rollout` with the model's warm-up carry equals stepping the model by hand."""
+    """`mbrl.world_models.rollout` with the model's warm-up carry equals stepping the model by hand."""
     t = data.transitions
     rows = np.asarray([10, 60, 130])
     before = rows[:, None] - TINY_RWM.history + np.arange(1, TINY_RWM.history + 1)[None, :]
@@ -156,7 +156,7 @@ def test_bad_input_is_refused_with_the_field(data):
 def test_held_out_data_is_the_holdout_and_every_training_episode_is_fitted(data):
     """A dataset with a -val file (NeoRL-2): RWM-U fits every train episode; its holdout and eval episodes are the
     val file's."""
-    from world_models.fit import model_inputs
+    from mbrl.world_models.fit import model_inputs
 
     train = dataclasses.replace(data, heldout=oscillator(episodes=20, seed=5))
     model = fit_recurrent_model(train, config=TINY_RWM, fit_config=dataclasses.replace(TINY_FIT, max_epochs=1),

@@ -1,7 +1,7 @@
 """Your own robot, end to end, with nothing simulated in this process: a robot the registry has never seen
 (tests/cart_robot.py) logs a table; `mbrl data import` turns it into a dataset; `mbrl data info` checks it; `mbrl
 train` learns from it with the declared reward and no simulator; `mbrl export`; `mbrl deploy` over UDP to
-`python -m envs.robots.serve` running the same robot in another process, where the policy beats the logging
+`python -m mbrl.envs.robots.serve` running the same robot in another process, where the policy beats the logging
 policy; then `mbrl finetune` on that same server.
 """
 
@@ -49,10 +49,10 @@ def robot_logs(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def serve(robot_logs):
-    """`python -m envs.robots.serve --step cart_robot:Cart` on a free UDP port; yields its address."""
+    """`python -m mbrl.envs.robots.serve --step cart_robot:Cart` on a free UDP port; yields its address."""
     declaration, _, _ = robot_logs
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(TESTS), os.environ.get("PYTHONPATH", "")])}
-    process = subprocess.Popen([sys.executable, "-m", "envs.robots.serve", "--step", "cart_robot:Cart", "--task",
+    process = subprocess.Popen([sys.executable, "-m", "mbrl.envs.robots.serve", "--step", "cart_robot:Cart", "--task",
                                 str(declaration), "--robot", "udp://127.0.0.1:0"], stdout=subprocess.PIPE,
                                stderr=subprocess.PIPE, text=True, env=env)
     line = process.stdout.readline()
@@ -129,7 +129,7 @@ def test_a_robot_whose_bounds_differ_from_the_declaration_is_refused(robot_logs,
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(TESTS), os.environ.get("PYTHONPATH", "")])}
     wide = tmp_path / "wide.toml"
     wide.write_text(cart_robot.DECLARATION.replace("low = -1.0\nhigh = 1.0", "low = -2.0\nhigh = 2.0"))
-    process = subprocess.Popen([sys.executable, "-m", "envs.robots.serve", "--step", "cart_robot:Cart", "--task",
+    process = subprocess.Popen([sys.executable, "-m", "mbrl.envs.robots.serve", "--step", "cart_robot:Cart", "--task",
                                 str(wide), "--robot", "udp://127.0.0.1:0"], stdout=subprocess.PIPE,
                                stderr=subprocess.PIPE, text=True, env=env)
     try:
@@ -158,7 +158,7 @@ def test_serve_wraps_the_users_class_over_ros2(robot_logs, loopback_dds, tmp_pat
     declaration, _, _ = robot_logs
     prefix = f"/cart_{os.getpid()}"
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(TESTS), os.environ.get("PYTHONPATH", "")])}
-    process = subprocess.Popen([sys.executable, "-m", "envs.robots.serve", "--step", "cart_robot:Cart", "--task",
+    process = subprocess.Popen([sys.executable, "-m", "mbrl.envs.robots.serve", "--step", "cart_robot:Cart", "--task",
                                 str(declaration), "--robot", f"ros2:{prefix}"], stdout=subprocess.PIPE,
                                stderr=subprocess.PIPE, text=True, env=env)
     try:

@@ -42,7 +42,7 @@ def one_line_error(capsys) -> str:
 
 
 def test_a_declaration_is_a_task_with_its_names_units_bounds_rate_and_reward(cart_files):
-    from envs.tasks import get_task
+    from mbrl.envs.tasks import get_task
     from mbrl.datasets import load
 
     declaration, data, episodes = cart_files
@@ -62,7 +62,7 @@ def test_a_declaration_is_a_task_with_its_names_units_bounds_rate_and_reward(car
 
 
 def test_a_declaration_in_the_data_dir_is_found_by_name(cart_files, tmp_path, monkeypatch):
-    from envs.tasks import get_task
+    from mbrl.envs.tasks import get_task
 
     declaration, _, _ = cart_files
     (tmp_path / "tasks").mkdir()
@@ -107,7 +107,7 @@ def test_a_bad_declaration_is_one_line_and_exit_2(cart_files, tmp_path, capsys, 
 def test_serve_refuses_a_class_that_does_not_import(tmp_path):
     import subprocess
 
-    result = subprocess.run([sys.executable, "-m", "envs.robots.serve", "--step", "cart_robot:NoSuchRobot",
+    result = subprocess.run([sys.executable, "-m", "mbrl.envs.robots.serve", "--step", "cart_robot:NoSuchRobot",
                              "--robot", "udp://127.0.0.1:0"], capture_output=True, text=True, timeout=60,
                             env={"PYTHONPATH": str(TESTS), "PATH": "/usr/bin:/bin"})
     assert result.returncode == 2

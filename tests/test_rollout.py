@@ -12,8 +12,8 @@ from flax import struct
 from mbrl.core import replay
 from mbrl.core.errors import ConfigError
 from mbrl.core.types import Transitions
-from world_models.base import MarkovModel, StepOutput
-from world_models.rollout import (
+from mbrl.world_models.base import MarkovModel, StepOutput
+from mbrl.world_models.rollout import (
     MarkovPolicy,
     RecurrentStart,
     RolloutConfig,
@@ -421,8 +421,8 @@ def test_bad_options_raise_config_errors(system, start_obs):
 
 def test_the_fitted_model_class_rolls_out_under_a_data_quantile_threshold():
     """Protocol check against the real `WorldModel` (tiny, untrained): NEUBAY's configuration."""
-    from world_models.ensemble import EnsembleConfig, GaussianEnsemble, init_params
-    from world_models.model import Normalizer, WorldModel
+    from mbrl.world_models.ensemble import EnsembleConfig, GaussianEnsemble, init_params
+    from mbrl.world_models.model import Normalizer, WorldModel
 
     config = EnsembleConfig(num_members=4, num_elites=2, hidden_dims=(8, 8))
     model = WorldModel(

@@ -1,4 +1,4 @@
-"""ROS 2 over DDS (cyclonedds, no ROS installation): `python -m envs.robots.dds_sim` in its own process against
+"""ROS 2 over DDS (cyclonedds, no ROS installation): `python -m mbrl.envs.robots.dds_sim` in its own process against
 `mbrl deploy --robot ros2:PREFIX` and `DdsRobot`: the in-process evaluation reproduced, a killed robot stopped
 by the watchdog, the protocol's retries and refusals, and the errors a user can cause (fine-tuning over DDS is in
 test_finetune.py). The exported policy is conftest's `export_dir`.
@@ -20,8 +20,8 @@ import pytest
 pytest.importorskip("cyclonedds", reason="cyclonedds is not installed: pip install 'offline-mbrl[ros2]'")
 pytest.importorskip("onnxruntime", reason="the onnx extra is not installed: pip install 'offline-mbrl[onnx]'")
 
-from envs.robots.dds import DdsRobot, parse_segments  # noqa: E402
-from envs.robots.protocol import RobotError  # noqa: E402
+from mbrl.envs.robots.dds import DdsRobot, parse_segments  # noqa: E402
+from mbrl.envs.robots.protocol import RobotError  # noqa: E402
 from mbrl.cli import main  # noqa: E402
 
 EPISODE_STEPS = 60
@@ -32,7 +32,7 @@ pytestmark = pytest.mark.usefixtures("loopback_dds")  # conftest: DDS discovery 
 
 def _start_node(prefix: str, events: Path, *extra: str) -> subprocess.Popen:
     process = subprocess.Popen(
-        [sys.executable, "-m", "envs.robots.dds_sim", "--env", "Hopper-v5", "--prefix", prefix, "--log", str(events), *extra],
+        [sys.executable, "-m", "mbrl.envs.robots.dds_sim", "--env", "Hopper-v5", "--prefix", prefix, "--log", str(events), *extra],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO,
     )
     line = process.stdout.readline()
@@ -42,7 +42,7 @@ def _start_node(prefix: str, events: Path, *extra: str) -> subprocess.Popen:
 
 @pytest.fixture(scope="module")
 def dds_node(loopback_dds, tmp_path_factory):
-    """One `python -m envs.robots.dds_sim` for the module, episodes of EPISODE_STEPS; yields (prefix, events log)."""
+    """One `python -m mbrl.envs.robots.dds_sim` for the module, episodes of EPISODE_STEPS; yields (prefix, events log)."""
     events = tmp_path_factory.mktemp("node") / "events.jsonl"
     process = _start_node(PREFIX, events, "--max-episode-steps", str(EPISODE_STEPS))
     yield PREFIX, events
@@ -139,7 +139,7 @@ def test_repeats_are_answered_without_acting_twice(dds_node):
 
 
 def test_observation_that_does_not_fit_its_layout_is_a_robot_error():
-    from envs.robots.ros2_types import Float64MultiArray, MultiArrayDimension, segmented
+    from mbrl.envs.robots.ros2_types import Float64MultiArray, MultiArrayDimension, segmented
 
     topic = "rt/robot/observation"
     message = segmented([("observation", [0.0] * 11), ("reward", [1.0]), ("step", [4])])
@@ -211,7 +211,7 @@ def test_no_node_on_the_prefix_is_one_line_and_exit_2(export_dir, loopback_dds, 
 
 
 def test_node_with_an_unknown_env_exits_2_with_one_line(loopback_dds):
-    result = subprocess.run([sys.executable, "-m", "envs.robots.dds_sim", "--env", "NoSuchEnv-v0", "--prefix", f"{PREFIX}_bad"],
+    result = subprocess.run([sys.executable, "-m", "mbrl.envs.robots.dds_sim", "--env", "NoSuchEnv-v0", "--prefix", f"{PREFIX}_bad"],
                             capture_output=True, text=True, cwd=REPO, timeout=60)
     assert result.returncode == 2
     err = result.stderr.strip().splitlines()

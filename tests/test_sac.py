@@ -10,8 +10,8 @@ import optax
 import pytest
 
 from mbrl.core.tanh_gaussian import sample_tanh_gaussian
-from agents.sac import OnlineSAC, SACConfig
-from agents.sac_n import SACN, SACNConfig
+from mbrl.agents.sac import OnlineSAC, SACConfig
+from mbrl.agents.sac_n import SACN, SACNConfig
 from mbrl.core.errors import ConfigError
 from mbrl.core.types import Transitions
 

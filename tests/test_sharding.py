@@ -21,13 +21,13 @@ import numpy as np
 CHILD = textwrap.dedent("""
     import json, os, signal, sys
     import jax, jax.numpy as jnp, numpy as np
-    from envs.tasks import TASKS
+    from mbrl.envs.tasks import TASKS
     from mbrl import config as config_io, datasets
     from mbrl.population import train_population
     from mbrl.train import run
     from mbrl.trainer import population_mesh_of, population_sharding, trainer_for
-    from world_models.ensemble import GaussianEnsemble, init_params
-    from world_models.model import Normalizer, WorldModel
+    from mbrl.world_models.ensemble import GaussianEnsemble, init_params
+    from mbrl.world_models.model import Normalizer, WorldModel
 
     data_path, out = sys.argv[1], sys.argv[2]
     assert jax.local_device_count() == 4, jax.devices()

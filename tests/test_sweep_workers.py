@@ -140,10 +140,10 @@ def _identity_written(url: str, study: str) -> bool:
 @pytest.fixture(scope="module")
 def world_model_dir(hopper_tiny_path, tmp_path_factory):
     """One world model of TINY_ARGS' ensemble and fit settings, passed to every worker as --world-model."""
-    from envs.tasks import TASKS
+    from mbrl.envs.tasks import TASKS
     from mbrl import config as config_io
     from mbrl import datasets
-    from world_models.fit import fit_world_model
+    from mbrl.world_models.fit import fit_world_model
 
     config = config_io.build("mopo", str(hopper_tiny_path), "quick", {
         "ensemble": {"num_members": 3, "num_elites": 2, "hidden_dims": [32, 32]}, "fit": {"max_epochs": 2}})

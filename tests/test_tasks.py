@@ -10,7 +10,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from envs.tasks import TASKS, Task, get_task, task_for_env_id
+from mbrl.envs.tasks import TASKS, Task, get_task, task_for_env_id
 from mbrl.core.errors import ConfigError
 from mbrl.core.types import TASK_SPECS
 
@@ -219,7 +219,7 @@ def test_neorl2_tasks_are_entries_with_their_rules_names_and_simulator(task_name
 
 def test_a_task_registered_later_is_an_entry_like_the_others(tmp_path):
     """The registry is open: a robot's task (spec and rules) registers, then its data load for it."""
-    from envs.tasks import make_task, register
+    from mbrl.envs.tasks import make_task, register
     from mbrl.core.types import TaskSpec
     from mbrl.datasets import load
 

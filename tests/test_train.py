@@ -15,7 +15,7 @@ import jax
 import numpy as np
 import pytest
 
-from agents import registry
+from mbrl.agents import registry
 from mbrl import config as config_io
 from mbrl import datasets
 from mbrl.checkpoint import Checkpointer
@@ -24,7 +24,7 @@ from mbrl.imagination import ExploringPolicy
 from mbrl.population import member_config, train_population
 from mbrl.train import load_run, run
 from mbrl.trainer import LAYOUT_MARGIN, hypers_of, trainer_for, trainer_of_data
-from world_models.rollout import rollout
+from mbrl.world_models.rollout import rollout
 
 EPOCHS = 4
 TINY = {
@@ -57,8 +57,8 @@ def dataset(dataset_path):
 
 @pytest.fixture(scope="module")
 def world_model_dir(dataset, tmp_path_factory):
-    from envs.tasks import TASKS
-    from world_models.fit import fit_world_model
+    from mbrl.envs.tasks import TASKS
+    from mbrl.world_models.fit import fit_world_model
 
     config = tiny_config()
     result = fit_world_model(dataset, config=config.ensemble, fit_config=config.fit,
@@ -152,8 +152,8 @@ def test_mapped_members_equal_single_runs_and_the_probe_records_its_choice(full_
 
 
 def test_mopo_model_buffer_holds_the_penalised_reward(full_run, dataset, world_model_dir):
-    from envs.tasks import TASKS
-    from world_models.model import WorldModel
+    from mbrl.envs.tasks import TASKS
+    from mbrl.world_models.model import WorldModel
 
     config = full_run.config
     trainer = trainer_for(config, dataset.info.obs_dim, dataset.info.act_dim)

@@ -16,11 +16,11 @@ import pytest
 
 from mbrl.core.errors import DatasetError, UserError
 from mbrl.core.types import DatasetInfo, OfflineDataset, Transitions
-from world_models.ensemble import EnsembleConfig, GaussianEnsemble
-from world_models.fit import FitConfig, fit_ensemble, fit_world_model, member_holdout_mse
-from world_models.metrics import holdout_metrics, open_loop_errors
-from world_models.model import Normalizer, WorldModel
-from world_models.uncertainty import MEASURES
+from mbrl.world_models.ensemble import EnsembleConfig, GaussianEnsemble
+from mbrl.world_models.fit import FitConfig, fit_ensemble, fit_world_model, member_holdout_mse
+from mbrl.world_models.metrics import holdout_metrics, open_loop_errors
+from mbrl.world_models.model import Normalizer, WorldModel
+from mbrl.world_models.uncertainty import MEASURES
 
 OBS_DIM, ACT_DIM, NOISE = 3, 2, 0.05
 N = 3000  # -> 2400 train + 600 holdout with the split below
@@ -99,7 +99,7 @@ def test_two_sigma_coverage_is_calibrated(fitted, holdout):
 
 
 # -------------------------------------------------------------------------------------------------
-# world_models.metrics (what `mbrl model eval` reports)
+# mbrl.world_models.metrics (what `mbrl model eval` reports)
 
 
 def test_holdout_metrics_equal_direct_numpy_and_the_fits_own_holdout_mse(fitted, holdout):

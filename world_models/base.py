@@ -1,6 +1,6 @@
 """The small interface every dynamics model offers to rollouts and training loops.
 
-Rollouts (`world_models.rollout`) depend only on this protocol, so an analytic model with exact
+Rollouts (`mbrl.world_models.rollout`) depend only on this protocol, so an analytic model with exact
 dynamics can stand in for a learned ensemble in tests. A model declares what it is: `is_recurrent`, the
 `history` it reads before it predicts, `initial_carry(B)` (its memory before any input) and `warm_up` (the
 carry after reading real history). A model with memory (RWM-U's GRU) takes and returns a carry in `step`;
@@ -68,7 +68,7 @@ class DynamicsModel(Protocol):
         an int array of shape (B,) uses that member for each sample (NEUBAY's posterior sample).
         carry: the memory of the inputs before this one (from `initial_carry` or a warm-up on real history).
         deterministic: use the member's mean instead of sampling from its Gaussian.
-        uncertainty: name of a measure in `world_models.uncertainty.MEASURES`.
+        uncertainty: name of a measure in `mbrl.world_models.uncertainty.MEASURES`.
         """
         ...
 

@@ -27,8 +27,8 @@ from flax import struct
 from mbrl.core.early_stopping import EarlyStopping
 from mbrl.core.errors import ConfigError, DatasetError
 from mbrl.core.types import OfflineDataset, Transitions
-from world_models.ensemble import EnsembleConfig, GaussianEnsemble, ensemble_loss, init_params
-from world_models.model import ModelInfo, Normalizer, WorldModel
+from mbrl.world_models.ensemble import EnsembleConfig, GaussianEnsemble, ensemble_loss, init_params
+from mbrl.world_models.model import ModelInfo, Normalizer, WorldModel
 
 HOLDOUT_CHUNK = 2048  # rows per step of the chunked holdout evaluation
 

@@ -2,7 +2,7 @@
 
 It holds the ensemble's parameters, the input and target normalizers, the elite indices and
 metadata (where it was fitted, which rows and episodes were held out), and implements the
-`world_models.base.DynamicsModel` protocol. The termination function is a static field, passed in
+`mbrl.world_models.base.DynamicsModel` protocol. The termination function is a static field, passed in
 by the caller (`world_models` never imports `envs`).
 """
 
@@ -23,9 +23,9 @@ import numpy as np
 from flax import struct
 
 from mbrl.core.errors import UserError
-from world_models.base import MarkovModel, StepOutput
-from world_models.ensemble import EnsembleConfig, GaussianEnsemble
-from world_models.uncertainty import get_measure
+from mbrl.world_models.base import MarkovModel, StepOutput
+from mbrl.world_models.ensemble import EnsembleConfig, GaussianEnsemble
+from mbrl.world_models.uncertainty import get_measure
 
 FORMAT = "mbrl-world-model"
 FORMAT_VERSION = 1
@@ -121,7 +121,7 @@ class WorldModel(MarkovModel):
         deterministic: bool = False,
         uncertainty: str = "aleatoric_max",
     ) -> StepOutput:
-        """Predict one step for a batch (see `world_models.base.DynamicsModel.step`); the carry is empty.
+        """Predict one step for a batch (see `mbrl.world_models.base.DynamicsModel.step`); the carry is empty.
 
         All members run in one batched pass (the uncertainty needs them all); each sample then
         takes its member's prediction. The uncertainty uses every member, as MOPO does.

@@ -8,14 +8,14 @@ the paper's (2 GRU layers of 256, 5 heads with one hidden layer of 128, a histor
 steps); that repository takes them from an Isaac Lab config it does not ship.
 
 Each head predicts a diagonal Gaussian over (Δobs, reward) in standardised units, with learned soft bounds
-on its log-variance as the MLP ensemble has (`world_models.ensemble`), and a termination logit where the
+on its log-variance as the MLP ensemble has (`mbrl.world_models.ensemble`), and a termination logit where the
 task has no termination function. The epistemic uncertainty is the heads' disagreement
-(`world_models.uncertainty.epistemic_sum`). Differences from rsl_rl_rwm: the reward is a head output (Isaac
+(`mbrl.world_models.uncertainty.epistemic_sum`). Differences from rsl_rl_rwm: the reward is a head output (Isaac
 Lab computes it from the state); the heads are fitted by Gaussian NLL (rsl_rl_rwm's default is the squared
-error of a sample); see `world_models.recurrent_fit`.
+error of a sample); see `mbrl.world_models.recurrent_fit`.
 
-`RecurrentWorldModel` implements `world_models.base.DynamicsModel` with a carry, the GRU's hidden state
-(B, layers, hidden), so `world_models.rollout` runs it as it runs the MLP ensemble; `warm_up` reads a real
+`RecurrentWorldModel` implements `mbrl.world_models.base.DynamicsModel` with a carry, the GRU's hidden state
+(B, layers, hidden), so `mbrl.world_models.rollout` runs it as it runs the MLP ensemble; `warm_up` reads a real
 history into that carry. The GRU is written out (fused gate matmuls, torch's gate layout) rather than taken
 from flax, so that the history is read layer by layer with each layer's input projection as one matmul.
 """
@@ -34,10 +34,10 @@ import numpy as np
 from flax import struct
 
 from mbrl.core.errors import ConfigError, UserError
-from world_models.base import StepOutput
-from world_models.ensemble import soft_clamp
-from world_models.model import ModelInfo, Normalizer, read_model_meta, restore_model_arrays, sample_step, save_model_dir
-from world_models.uncertainty import get_measure
+from mbrl.world_models.base import StepOutput
+from mbrl.world_models.ensemble import soft_clamp
+from mbrl.world_models.model import ModelInfo, Normalizer, read_model_meta, restore_model_arrays, sample_step, save_model_dir
+from mbrl.world_models.uncertainty import get_measure
 
 FORMAT = "mbrl-recurrent-world-model"
 FORMAT_VERSION = 1
@@ -236,7 +236,7 @@ class RecurrentWorldModel:
         deterministic: bool = False,
         uncertainty: str = "epistemic_sum",
     ) -> StepOutput:
-        """Read (obs, action), then predict the next step (see `world_models.base.DynamicsModel.step`): one GRU
+        """Read (obs, action), then predict the next step (see `mbrl.world_models.base.DynamicsModel.step`): one GRU
         step shared by all heads, then every head (the uncertainty needs them all) and each sample's head."""
         measure = get_measure(uncertainty)
         if carry is None or isinstance(carry, tuple):  # no memory yet (a rollout that has not warmed the model up)
@@ -254,7 +254,7 @@ class RecurrentWorldModel:
         return self.replace(reward_fn=reward_fn)
 
     # -----------------------------------------------------------------------------------------
-    # Persistence: as the MLP ensemble's (`world_models.model.save_model_dir`)
+    # Persistence: as the MLP ensemble's (`mbrl.world_models.model.save_model_dir`)
 
     def save(self, path: str | os.PathLike) -> Path:
         return save_model_dir(self, path, FORMAT, FORMAT_VERSION)
@@ -284,8 +284,8 @@ class RecurrentWorldModel:
 
 def load_model(path: str | os.PathLike, termination_fn: Callable | None = None, reward_fn: Callable | None = None):
     """A saved world model of either kind, by the format its model.json names."""
-    from world_models.model import FORMAT as MLP_FORMAT
-    from world_models.model import WorldModel
+    from mbrl.world_models.model import FORMAT as MLP_FORMAT
+    from mbrl.world_models.model import WorldModel
 
     meta = read_model_meta(Path(path))
     if meta.get("format") == FORMAT:

@@ -1,4 +1,4 @@
-"""Fitting RWM-U by autoregressive forecasting (`world_models.recurrent`).
+"""Fitting RWM-U by autoregressive forecasting (`mbrl.world_models.recurrent`).
 
 A training example is a window of W = history + forecast - 1 consecutive steps of one episode. The shared GRU
 reads the first `history` real (observation, action) pairs once, and every head predicts the next step from
@@ -34,16 +34,16 @@ from flax import struct
 
 from mbrl.core.errors import ConfigError, DatasetError
 from mbrl.core.types import OfflineDataset, Transitions
-from world_models.fit import FitConfigBase, FitResult, check_finite, choose_eval_episodes, fit_progress, check_shapes, make_normalizer, model_inputs, model_targets
-from world_models.model import ModelInfo
-from world_models.recurrent import RecurrentConfig, RecurrentWorldModel, gru_read, gru_step, heads_apply, init_params
+from mbrl.world_models.fit import FitConfigBase, FitResult, check_finite, choose_eval_episodes, fit_progress, check_shapes, make_normalizer, model_inputs, model_targets
+from mbrl.world_models.model import ModelInfo
+from mbrl.world_models.recurrent import RecurrentConfig, RecurrentWorldModel, gru_read, gru_step, heads_apply, init_params
 
 HOLDOUT_CHUNK = 1024  # windows per step of the holdout evaluation
 
 
 @dataclasses.dataclass(frozen=True)
 class RecurrentFitConfig(FitConfigBase):
-    """How RWM-U is fitted (the shared fields: `world_models.fit.FitConfigBase`; its holdout is whole episodes).
+    """How RWM-U is fitted (the shared fields: `mbrl.world_models.fit.FitConfigBase`; its holdout is whole episodes).
 
     batch_size: windows per gradient step (rsl_rl_rwm: 1,024).
     max_grad_norm: the global gradient-norm clip.

@@ -1,7 +1,7 @@
 """Imagined rollouts: a policy acting in a dynamics model, compiled as one `lax.scan` over time.
 
 The batch of B trajectories is vectorised at every step and nothing returns to the host until the
-whole horizon is done. The model is any `world_models.base.DynamicsModel` (duck typed), passed as a
+whole horizon is done. The model is any `mbrl.world_models.base.DynamicsModel` (duck typed), passed as a
 pytree argument; the config, the horizon and the policy function are static.
 
 Step semantics (what "valid" means; the tests pin every rule down):
@@ -14,7 +14,7 @@ Step semantics (what "valid" means; the tests pin every rule down):
 - `timeout` marks the last valid step of a trajectory that ended without a terminal (cut by the
   horizon, `max_length` or the threshold): the agent should bootstrap there.
 - `reward` is the model's reward (`raw_reward` too): a penalty is the algorithm's business
-  (`agents.mopo.penalized_reward`), applied where the rows are stored.
+  (`mbrl.agents.mopo.penalized_reward`), applied where the rows are stored.
 - Dead lanes keep being computed (static shapes) on a frozen state; their records are masked out.
 
 Policy functions have the signature `policy_fn(policy_state, carry, inputs: PolicyInput, key) ->
@@ -52,7 +52,7 @@ class RolloutConfig:
     member_mode: "per_sample" lets the model pick an elite per sample and step (MOPO/RAVL);
         "per_trajectory" fixes one member per trajectory for the whole rollout (NEUBAY's posterior
         sample), drawn from `member_pool` unless `members=` is given to `rollout`.
-    uncertainty: a measure name of `world_models.uncertainty.MEASURES`, used for penalty and cut.
+    uncertainty: a measure name of `mbrl.world_models.uncertainty.MEASURES`, used for penalty and cut.
     threshold: cut a trajectory before a step whose u exceeds this. A value known only at run time
         (a data quantile, see `uncertainty_threshold`) is better passed as `rollout(threshold=...)`,
         which does not recompile when it changes.
@@ -78,7 +78,7 @@ class RolloutConfig:
         if self.batch_chunk is not None and self.batch_chunk < 1:
             raise ConfigError(f"RolloutConfig.batch_chunk: expected a positive int or None, found {self.batch_chunk}")
         try:
-            from world_models.uncertainty import MEASURES
+            from mbrl.world_models.uncertainty import MEASURES
         except ImportError:  # the measures module is optional for analytic models
             return
         if self.uncertainty not in MEASURES:

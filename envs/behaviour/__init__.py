@@ -7,7 +7,7 @@ scripts/train_behaviour.py. The actors are SAC's tanh-Gaussian actors, the one n
 
 A behaviour policy is a `StepPolicy`, `policy(obs (N, obs_dim), step) -> actions in [-1, 1]`: a pure
 function of its seed and the lockstep step, so a dataset is a pure function of its seed. `stepped`
-makes one a lockstep policy (`envs.lockstep`).
+makes one a lockstep policy (`mbrl.envs.lockstep`).
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import serialization
 
-from envs.lockstep import Policy
+from mbrl.envs.lockstep import Policy
 from mbrl.core.errors import ConfigError
 from mbrl.core.tanh_gaussian import TanhGaussianActor, sample_tanh_gaussian
 from mbrl.core.types import TASK_SPECS

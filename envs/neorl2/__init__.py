@@ -1,7 +1,7 @@
 """NeoRL-2's tasks (Gao et al. 2025, polixir/NeoRL2) as Gymnasium envs with jax reward and termination rules.
 
 Each module holds one task's (or two tasks') env, reward and termination, written from NeoRL-2's definitions.
-`envs.tasks` registers them from `ENTRIES`, with their Gymnasium ids `NeoRL2/<Task>-v0` (TASK_SPECS). Fusion
+`mbrl.envs.tasks` registers them from `ENTRIES`, with their Gymnasium ids `NeoRL2/<Task>-v0` (TASK_SPECS). Fusion
 and SalesPromotion are left out: NeoRL-2 simulates them with learned networks, not a model of the system.
 
 Policies are scored in each env's default mode, `train`: NeoRL-2 registers its envs with it
@@ -16,7 +16,7 @@ import dataclasses
 @dataclasses.dataclass(frozen=True)
 class Entry:
     name: str  # the task's name in mbrl.core.types.TASK_SPECS
-    module: str  # envs.neorl2.<module>
+    module: str  # mbrl.envs.neorl2.<module>
     env_class: str
     prefix: str = ""  # of the module's names: {prefix}reward, {prefix}terminated, {PREFIX}OBS_NAMES, ...
     env_kwargs: tuple[tuple[str, object], ...] = ()

@@ -1,11 +1,11 @@
 """The adapter for a robot URI, shared by `mbrl deploy` and `mbrl finetune`.
 
-    mujoco:ENV_ID     a Gymnasium MuJoCo env in this process (`envs.robots.mujoco`)
+    mujoco:ENV_ID     a Gymnasium MuJoCo env in this process (`mbrl.envs.robots.mujoco`)
     sim:TASK          the simulator of a registered task (sim:DMSD, sim:hopper), as mujoco: with its env id
-    udp://HOST:PORT   a robot speaking the UDP protocol (`envs.robots.udp`; `python -m envs.robots.sim_server`)
-    ros2:PREFIX       a robot on ROS 2 topics under PREFIX: over DDS with cyclonedds (`envs.robots.dds`;
-                      `python -m envs.robots.dds_sim`), or through rclpy with `ros2_backend="rclpy"`
-                      (`envs.robots.ros2`, needs a ROS 2 installation)
+    udp://HOST:PORT   a robot speaking the UDP protocol (`mbrl.envs.robots.udp`; `python -m mbrl.envs.robots.sim_server`)
+    ros2:PREFIX       a robot on ROS 2 topics under PREFIX: over DDS with cyclonedds (`mbrl.envs.robots.dds`;
+                      `python -m mbrl.envs.robots.dds_sim`), or through rclpy with `ros2_backend="rclpy"`
+                      (`mbrl.envs.robots.ros2`, needs a ROS 2 installation)
 """
 
 from __future__ import annotations
@@ -50,14 +50,14 @@ def make_robot(uri: str, *, obs_dim: int, action_low, action_high, obs_timeout: 
     """The adapter for `uri`. `obs_dim` and the action bounds describe what the controller expects (ROS 2 topics
     do not advertise sizes); `obs_timeout` is how long a networked robot's `observe` waits for a new one."""
     if uri.startswith("sim:"):
-        from envs.tasks import get_task
+        from mbrl.envs.tasks import get_task
 
         task = get_task(uri.removeprefix("sim:"))
         if task.env_id is None:
             raise ConfigError(f"--robot {uri!r}: task {task.name!r} has no simulator")
         uri = f"mujoco:{task.env_id}"
     if uri.startswith("mujoco:"):
-        from envs.robots.mujoco import MujocoRobot
+        from mbrl.envs.robots.mujoco import MujocoRobot
 
         env_id = uri.removeprefix("mujoco:")
         if not env_id:
@@ -68,7 +68,7 @@ def make_robot(uri: str, *, obs_dim: int, action_low, action_high, obs_timeout: 
     if given and (uri.startswith("udp://") or uri.startswith("ros2:")):
         raise ConfigError(f"{', '.join(given)}: only for --robot mujoco:ENV_ID, found --robot {uri}")
     if uri.startswith("udp://"):
-        from envs.robots.udp import UdpRobot, parse_address
+        from mbrl.envs.robots.udp import UdpRobot, parse_address
 
         return UdpRobot(*parse_address(uri), obs_timeout=obs_timeout)
     if uri.startswith("ros2:"):
@@ -79,10 +79,10 @@ def make_robot(uri: str, *, obs_dim: int, action_low, action_high, obs_timeout: 
             raise ConfigError(f"--ros2-backend {ros2_backend!r}: expected one of {', '.join(ROS2_BACKENDS)}")
         low, high = np.asarray(action_low, np.float32), np.asarray(action_high, np.float32)
         if ros2_backend == "rclpy":
-            from envs.robots.ros2 import Ros2Robot
+            from mbrl.envs.robots.ros2 import Ros2Robot
 
             return Ros2Robot(prefix, obs_dim, low, high, obs_timeout=obs_timeout)
-        from envs.robots.dds import DdsRobot
+        from mbrl.envs.robots.dds import DdsRobot
 
         return DdsRobot(prefix, obs_dim, low, high, obs_timeout=obs_timeout)
     raise ConfigError(f"--robot {uri!r}: unknown robot; expected sim:TASK, mujoco:ENV_ID, udp://HOST:PORT or ros2:PREFIX")
@@ -93,7 +93,7 @@ def check_fit(robot, policy: str, obs_dim: int, act_dim: int, action_low, action
     """The command bounds a policy (`policy` names it: an export, a run) and a connected robot agree on;
     RobotError when the dims differ or the bounds do not overlap, or, for a `declared` robot (its bounds are the
     user's declaration of this very robot), when they differ at all."""
-    from envs.robots.protocol import RobotError
+    from mbrl.envs.robots.protocol import RobotError
 
     where = f"{policy} and robot {robot.name}"
     if robot.obs_dim != obs_dim:

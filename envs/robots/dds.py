@@ -1,6 +1,6 @@
 """`DdsRobot`: a robot on ROS 2 topics, spoken to over DDS directly with cyclonedds (no ROS installation).
 
-Four topics under a prefix P (`--robot ros2:P`), with ROS 2 message types (`envs.robots.ros2_types`), ROS 2
+Four topics under a prefix P (`--robot ros2:P`), with ROS 2 message types (`mbrl.envs.robots.ros2_types`), ROS 2
 topic names (the ROS topic `/P/name` is the DDS topic `rt/P/name`) and the ROS 2 default QoS (reliable,
 volatile, keep last 10), so a ROS 2 node on Cyclone DDS can be the robot:
 
@@ -50,7 +50,7 @@ import weakref
 
 import numpy as np
 
-from envs.robots.protocol import Observation, RobotError
+from mbrl.envs.robots.protocol import Observation, RobotError
 from mbrl.core.errors import MissingDependencyError
 
 CONNECT_TIMEOUT_ENV = "MBRL_ROS2_CONNECT_TIMEOUT"  # seconds connect() waits for the robot's endpoints
@@ -157,7 +157,7 @@ class DdsRobot:
             from cyclonedds.sub import DataReader
             from cyclonedds.topic import Topic
 
-            from envs.robots import ros2_types as msg
+            from mbrl.envs.robots import ros2_types as msg
         except ImportError as exc:
             raise MissingDependencyError(f"{self.name}: cannot import cyclonedds ({exc}); pip install 'offline-mbrl[ros2]'") from None
         try:

@@ -1,7 +1,7 @@
-"""The robot-side DDS node of the ROS 2 topics of `envs.robots.dds` around a Stepper (`envs.robots.stepper`); as a
+"""The robot-side DDS node of the ROS 2 topics of `mbrl.envs.robots.dds` around a Stepper (`mbrl.envs.robots.stepper`); as a
 program, a Gymnasium env in its own process.
 
-    python -m envs.robots.dds_sim --env Hopper-v5 --prefix /hopper [--max-episode-steps N] [--stop-after N] [--log events.jsonl]
+    python -m mbrl.envs.robots.dds_sim --env Hopper-v5 --prefix /hopper [--max-episode-steps N] [--stop-after N] [--log events.jsonl]
 
 It prints `ready on ros2:PREFIX` once its readers and writers exist (a controller then discovers them), and
 exits 0 on SIGTERM. Each `reset [SEED]` request resets the env with that seed, publishes the step-0
@@ -31,8 +31,8 @@ class DdsSim:
         from cyclonedds.sub import DataReader
         from cyclonedds.topic import Topic
 
-        from envs.robots import ros2_types as msg
-        from envs.robots.dds import normalize_prefix
+        from mbrl.envs.robots import ros2_types as msg
+        from mbrl.envs.robots.dds import normalize_prefix
 
         self.msg = msg
         self.prefix = normalize_prefix(prefix)
@@ -160,7 +160,7 @@ class DdsSim:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m envs.robots.dds_sim", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m mbrl.envs.robots.dds_sim", description=__doc__.split("\n\n")[0])
     parser.add_argument("--env", default="Hopper-v5", help="a Gymnasium env id (default Hopper-v5)")
     parser.add_argument("--prefix", default="/robot", help="the ROS 2 topic prefix (default /robot)")
     parser.add_argument("--max-episode-steps", type=int, default=None)
@@ -172,7 +172,7 @@ def main(argv: list[str] | None = None) -> int:
     except ImportError as exc:
         print(f"dds_sim: error: cannot import cyclonedds ({exc}); pip install 'offline-mbrl[ros2]'", file=sys.stderr)
         return 2
-    from envs.robots.stepper import GymStepper, serve_until_stopped
+    from mbrl.envs.robots.stepper import GymStepper, serve_until_stopped
 
     try:
         node = DdsSim(GymStepper(args.env, args.max_episode_steps), args.prefix, args.stop_after, args.log)

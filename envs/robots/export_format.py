@@ -1,4 +1,4 @@
-"""The export folder's format, shared by the exporter (`mbrl.export`) and the runner (`envs.robots.runner`).
+"""The export folder's format, shared by the exporter (`mbrl.export`) and the runner (`mbrl.envs.robots.runner`).
 
 A folder holds policy.onnx, policy.jax and policy.json; `read_description` reads and checks the last.
 It needs only the standard library, so any robot-side tool can read an export's description.

@@ -24,8 +24,8 @@ from pathlib import Path
 
 import numpy as np
 
-from envs.robots.protocol import Observation, Robot
-from envs.robots.safety import SafetyLayer, StopSignals
+from mbrl.envs.robots.protocol import Observation, Robot
+from mbrl.envs.robots.safety import SafetyLayer, StopSignals
 
 
 class TickLog:

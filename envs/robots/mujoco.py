@@ -14,7 +14,7 @@ import time
 
 import numpy as np
 
-from envs.robots.protocol import Observation, RobotError
+from mbrl.envs.robots.protocol import Observation, RobotError
 
 # mjtJoint: free 0, ball 1, slide 2, hinge 3.
 _QPOS_SUFFIXES = {0: ("x", "y", "z", "qw", "qx", "qy", "qz"), 1: ("qw", "qx", "qy", "qz"), 2: ("",), 3: ("",)}
@@ -53,7 +53,7 @@ def _names(env, obs_dim: int, act_dim: int) -> tuple[list[str], list[str]]:
 def _make(env_id: str, **kwargs):
     import gymnasium
 
-    import envs.tasks  # noqa: F401  registers the tasks' Gymnasium ids (NeoRL2/DMSD-v0, ...)
+    import mbrl.envs.tasks  # noqa: F401  registers the tasks' Gymnasium ids (NeoRL2/DMSD-v0, ...)
 
     try:
         return gymnasium.make(env_id, **kwargs)

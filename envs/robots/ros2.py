@@ -17,7 +17,7 @@ import time
 
 import numpy as np
 
-from envs.robots.protocol import Observation, RobotError
+from mbrl.envs.robots.protocol import Observation, RobotError
 from mbrl.core.errors import MissingDependencyError
 
 

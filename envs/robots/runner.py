@@ -16,7 +16,7 @@ from pathlib import Path
 
 import numpy as np
 
-from envs.robots.export_format import JSON_FILE, ONNX_FILE, RECURRENT_INPUTS, ExportError, read_description
+from mbrl.envs.robots.export_format import JSON_FILE, ONNX_FILE, RECURRENT_INPUTS, ExportError, read_description
 from mbrl.core.errors import MissingDependencyError
 
 _ONNX_TYPES = {"float32": "tensor(float)", "float64": "tensor(double)", "int32": "tensor(int32)",

@@ -18,7 +18,7 @@ import threading
 
 import numpy as np
 
-from envs.robots.protocol import Observation
+from mbrl.envs.robots.protocol import Observation
 from mbrl.core.errors import ConfigError
 
 

@@ -1,8 +1,8 @@
 """The robot side of the project's protocols: wrap a user's class and serve it over UDP or ROS 2.
 
-    python -m envs.robots.serve --step mypackage.robot:Robot --robot udp://0.0.0.0:5555 [--task robot.toml]
-    python -m envs.robots.serve --step mypackage.robot:Robot --robot ros2:/cart
-    python -m envs.robots.serve --env Hopper-v5 --robot udp://127.0.0.1:0     # a Gymnasium env instead
+    python -m mbrl.envs.robots.serve --step mypackage.robot:Robot --robot udp://0.0.0.0:5555 [--task robot.toml]
+    python -m mbrl.envs.robots.serve --step mypackage.robot:Robot --robot ros2:/cart
+    python -m mbrl.envs.robots.serve --env Hopper-v5 --robot udp://127.0.0.1:0     # a Gymnasium env instead
 
 The class (or a function returning the object), built with no arguments, has
 
@@ -11,7 +11,7 @@ The class (or a function returning the object), built with no arguments, has
 
 and says its dims and action bounds as `obs_dim`, `act_dim`, `action_low`, `action_high`, or takes them from
 `--task` (a robot's declaration, whose episode limit then also ends episodes here). `python -m
-envs.robots.sim_server` and `envs.robots.dds_sim` are this server with a Gymnasium env (`GymStepper`).
+mbrl.envs.robots.sim_server` and `mbrl.envs.robots.dds_sim` are this server with a Gymnasium env (`GymStepper`).
 It prints `listening on HOST:PORT` (UDP; port 0 picks a free one) or `ready on ros2:PREFIX` once ready.
 """
 
@@ -20,20 +20,20 @@ from __future__ import annotations
 import argparse
 import sys
 
-from envs.robots.stepper import GymStepper, Stepper, load_stepper, serve_until_stopped
+from mbrl.envs.robots.stepper import GymStepper, Stepper, load_stepper, serve_until_stopped
 
 
 def serve(stepper: Stepper, robot: str, *, stop_after: int | None = None, log: str | None = None) -> int:
     """Serve `stepper` at `robot` (udp://HOST:PORT or ros2:PREFIX) until SIGTERM; 0 on a clean exit."""
     if robot.startswith("udp://"):
-        from envs.robots.sim_server import SimServer
-        from envs.robots.udp import parse_address
+        from mbrl.envs.robots.sim_server import SimServer
+        from mbrl.envs.robots.udp import parse_address
 
         host, port = parse_address(robot, any_port=True)
         server = SimServer(stepper, host, port, stop_after=stop_after, log_path=log)
         return serve_until_stopped(server, f"listening on {server.address[0]}:{server.address[1]}")
     if robot.startswith("ros2:"):
-        from envs.robots.dds_sim import DdsSim
+        from mbrl.envs.robots.dds_sim import DdsSim
 
         node = DdsSim(stepper, robot[len("ros2:"):], stop_after=stop_after, log_path=log)
         return serve_until_stopped(node, f"ready on ros2:{node.prefix}")
@@ -41,7 +41,7 @@ def serve(stepper: Stepper, robot: str, *, stop_after: int | None = None, log: s
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m envs.robots.serve", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m mbrl.envs.robots.serve", description=__doc__.split("\n\n")[0])
     source = parser.add_mutually_exclusive_group(required=True)
     source.add_argument("--step", help="module:Class with reset(seed) -> obs and step(action) -> obs, reward, "
                                        "terminated, truncated")
@@ -58,7 +58,7 @@ def main(argv: list[str] | None = None) -> int:
         else:
             task = None
             if args.task is not None:
-                from envs.tasks import get_task
+                from mbrl.envs.tasks import get_task
 
                 task = get_task(args.task)
             stepper = load_stepper(args.step, task)

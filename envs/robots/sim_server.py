@@ -1,7 +1,7 @@
-"""The robot-side server of the UDP protocol (`envs.robots.udp`) around a Stepper (`envs.robots.stepper`); as a
+"""The robot-side server of the UDP protocol (`mbrl.envs.robots.udp`) around a Stepper (`mbrl.envs.robots.stepper`); as a
 program, a Gymnasium env in its own process.
 
-    python -m envs.robots.sim_server --env Hopper-v5 --port 5555 [--max-episode-steps N] [--log events.jsonl]
+    python -m mbrl.envs.robots.sim_server --env Hopper-v5 --port 5555 [--max-episode-steps N] [--log events.jsonl]
 
 It prints `listening on HOST:PORT` once it is ready (`--port 0` picks a free port and prints it). Each
 ACTION steps the env once and is answered with the next observation, its reward and end flags, so a
@@ -20,7 +20,7 @@ import time
 
 import numpy as np
 
-from envs.robots.udp import ACK, ACTION, BYE, ERROR, HELLO, MAX_DATAGRAM, OBS, RESET, SPEC, STOP, TERMINATED, TRUNCATED, Message
+from mbrl.envs.robots.udp import ACK, ACTION, BYE, ERROR, HELLO, MAX_DATAGRAM, OBS, RESET, SPEC, STOP, TERMINATED, TRUNCATED, Message
 
 
 class SimServer:
@@ -125,7 +125,7 @@ class SimServer:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m envs.robots.sim_server", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m mbrl.envs.robots.sim_server", description=__doc__.split("\n\n")[0])
     parser.add_argument("--env", default="Hopper-v5", help="a Gymnasium env id (default Hopper-v5)")
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=5555, help="0: any free port (printed)")
@@ -133,7 +133,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--stop-after", type=int, default=None, help="stop answering after N steps of an episode")
     parser.add_argument("--log", default=None, help="append events as JSON lines to this file")
     args = parser.parse_args(argv)
-    from envs.robots.stepper import GymStepper, serve_until_stopped
+    from mbrl.envs.robots.stepper import GymStepper, serve_until_stopped
 
     try:
         server = SimServer(GymStepper(args.env, args.max_episode_steps), args.host, args.port, args.stop_after, args.log)

@@ -1,4 +1,4 @@
-"""What a robot-side server steps (`envs.robots.serve`, `sim_server`, `dds_sim`): a Stepper, one robot or simulator,
+"""What a robot-side server steps (`mbrl.envs.robots.serve`, `sim_server`, `dds_sim`): a Stepper, one robot or simulator,
 one episode at a time; a Gymnasium env (`GymStepper`) or a user's class (`UserStepper`, `load_stepper`).
 """
 
@@ -33,7 +33,7 @@ class GymStepper:
     def __init__(self, env_id: str, max_episode_steps: int | None = None):
         import gymnasium
 
-        import envs.tasks  # noqa: F401  registers the tasks' Gymnasium ids (NeoRL2/DMSD-v0, ...)
+        import mbrl.envs.tasks  # noqa: F401  registers the tasks' Gymnasium ids (NeoRL2/DMSD-v0, ...)
 
         kwargs = {} if max_episode_steps is None else {"max_episode_steps": max_episode_steps}
         try:

@@ -33,7 +33,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from envs.robots.protocol import Observation, RobotError
+from mbrl.envs.robots.protocol import Observation, RobotError
 
 MAGIC, VERSION = b"MBRL", 1
 HEADER = struct.Struct("<4sBBHIIdd")

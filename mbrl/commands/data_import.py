@@ -52,7 +52,7 @@ def import_logs(args: ImportArgs) -> int:
     out = Path(args.out).expanduser().absolute()
     if out.exists() and not args.force:
         raise ConfigError(f"--out {out}: already exists; pass --force to replace it")
-    from envs.tasks import get_task  # noqa: PLC0415 (JAX)
+    from mbrl.envs.tasks import get_task  # noqa: PLC0415 (JAX)
 
     task = get_task(str(decl.path))
     imported = importers.read(args.source, decl, args.format)
@@ -67,8 +67,8 @@ def import_logs(args: ImportArgs) -> int:
 
 
 def finish_episodes(imported: importers.Imported, decl: Declaration, reward_fn, termination_fn, clip_actions: bool):
-    """Checked, rewarded and terminated episodes (`envs.lockstep.Episode`, float32) and the summary's numbers."""
-    from envs.lockstep import Episode  # noqa: PLC0415
+    """Checked, rewarded and terminated episodes (`mbrl.envs.lockstep.Episode`, float32) and the summary's numbers."""
+    from mbrl.envs.lockstep import Episode  # noqa: PLC0415
 
     parts = imported.episodes
     if not parts:
@@ -149,7 +149,7 @@ def _write(out: Path, decl: Declaration, imported: importers.Imported, episodes,
     one is in place."""
     import gymnasium as gym  # noqa: PLC0415
 
-    from envs.collect import write_minari_folder  # noqa: PLC0415
+    from mbrl.envs.collect import write_minari_folder  # noqa: PLC0415
 
     slug = re.sub(r"[^\w-]+", "_", out.name).strip("_-") or "imported"
     dataset_id = f"mbrl/{decl.name}/{slug}-v0"

@@ -1,6 +1,6 @@
 """`mbrl data make TASK-LEVEL`: make a D4RL-style dataset locally from the shipped behaviour policies.
 
-What each level runs: `envs.collect.plan_segments`. The same seed gives the same dataset.
+What each level runs: `mbrl.envs.collect.plan_segments`. The same seed gives the same dataset.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from typing import Annotated
 
 import tyro
 
-from envs import collect
+from mbrl.envs import collect
 from mbrl.core import dataset_registry as registry
 from mbrl.core.errors import ConfigError
 

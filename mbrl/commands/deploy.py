@@ -1,11 +1,11 @@
 """`mbrl deploy EXPORT --robot URI`: run an exported policy on a robot through the safety layer.
 
 URI: `mujoco:ENV_ID` (a Gymnasium MuJoCo env in this process), `udp://HOST:PORT` (a robot speaking
-the protocol of `envs.robots.udp`, such as `python -m envs.robots.sim_server`), `ros2:PREFIX` (ROS 2 topics
-over DDS, `envs.robots.dds`, such as `python -m envs.robots.dds_sim`; `--ros2-backend rclpy` for rclpy).
+the protocol of `mbrl.envs.robots.udp`, such as `python -m mbrl.envs.robots.sim_server`), `ros2:PREFIX` (ROS 2 topics
+over DDS, `mbrl.envs.robots.dds`, such as `python -m mbrl.envs.robots.dds_sim`; `--ros2-backend rclpy` for rclpy).
 
 A recurrent export (NEUBAY) keeps its memory between ticks in the runner and resets it at every episode
-start; it also reads the previous step's reward, which `envs.robots.runner.RewardFeed` takes from each
+start; it also reads the previous step's reward, which `mbrl.envs.robots.runner.RewardFeed` takes from each
 fresh observation (a robot that reports none feeds 0, and deploy says so).
 """
 
@@ -20,8 +20,8 @@ from typing import Annotated
 import numpy as np
 import tyro
 
-from envs.robots.connect import SimOptions
-from envs.robots.safety import SafetyConfig
+from mbrl.envs.robots.connect import SimOptions
+from mbrl.envs.robots.safety import SafetyConfig
 from mbrl import config as config_io
 from mbrl.core.errors import ConfigError
 
@@ -51,13 +51,13 @@ class DeployArgs:
     """Per-tick JSON lines (default: EXPORT/deploy/ROBOT-TIME.jsonl)."""
     sim: tyro.conf.OmitArgPrefixes[SimArgs] = dataclasses.field(default_factory=SimArgs)
     ros2_backend: str = "dds"
-    """ros2: `dds` speaks DDS directly through cyclonedds (the `ros2` extra; `envs.robots.dds`); `rclpy` goes
-    through a ROS 2 installation's rclpy (JointState in, Float64MultiArray out; `envs.robots.ros2`)."""
+    """ros2: `dds` speaks DDS directly through cyclonedds (the `ros2` extra; `mbrl.envs.robots.dds`); `rclpy` goes
+    through a ROS 2 installation's rclpy (JointState in, Float64MultiArray out; `mbrl.envs.robots.ros2`)."""
 
 
 def make_robot(uri: str, args: DeployArgs, description: dict, period: float | None):
-    """The adapter for a robot URI (`envs.robots.connect.make_robot`); ConfigError for an unknown one."""
-    from envs.robots.connect import make_robot as connect
+    """The adapter for a robot URI (`mbrl.envs.robots.connect.make_robot`); ConfigError for an unknown one."""
+    from mbrl.envs.robots.connect import make_robot as connect
 
     obs_timeout = args.obs_timeout if args.obs_timeout is not None else (0.5 * period if period else 1.0)
     sim = config_io.from_options(SimOptions, args.sim, noise_seed=args.seed)
@@ -72,10 +72,10 @@ def _default_log(export: Path, uri: str) -> Path:
 
 
 def deploy(args: DeployArgs) -> int:
-    from envs.robots.connect import check_fit
-    from envs.robots.loop import ControlLoop
-    from envs.robots.runner import PolicyRunner, RewardFeed
-    from envs.robots.safety import SafetyLayer
+    from mbrl.envs.robots.connect import check_fit
+    from mbrl.envs.robots.loop import ControlLoop
+    from mbrl.envs.robots.runner import PolicyRunner, RewardFeed
+    from mbrl.envs.robots.safety import SafetyLayer
 
     if args.episodes < 1:
         raise ConfigError(f"--episodes: expected a positive int, found {args.episodes}")

@@ -22,7 +22,7 @@ class EvalArgs:
 
 
 def evaluate(args: EvalArgs) -> int:
-    from envs.tasks import get_task
+    from mbrl.envs.tasks import get_task
     from mbrl.core.score import score_key, score_label, scores_of
     from mbrl.logging import mean_stderr
     from mbrl.train import load_run

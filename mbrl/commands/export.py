@@ -34,7 +34,7 @@ def export(args: ExportArgs) -> int:
         print(f"onnxruntime vs JAX: max |Δaction| {worst:.1e} over episodes of random and out-of-range observations")
     else:
         print(f"onnxruntime vs JAX: max |Δaction| {worst:.1e} on random and out-of-range observations")
-    from envs.tasks import task_for_env_id
+    from mbrl.envs.tasks import task_for_env_id
 
     task = task_for_env_id(spec.env_id) if spec.env_id else None
     robot = f"sim:{task.name}" if task is not None else f"mujoco:{spec.env_id or 'ENV_ID'}"

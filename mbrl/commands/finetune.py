@@ -3,7 +3,7 @@
     mbrl finetune runs/mopo --robot mujoco:Hopper-v5 --steps 30000 --warmup 5000 --utd 4
     mbrl finetune --resume runs/finetune-mopo-...        # after a crash, Ctrl-C or SIGTERM
 
-The program is `mbrl.finetune`; the robot URIs are deploy's (`envs.robots.connect`).
+The program is `mbrl.finetune`; the robot URIs are deploy's (`mbrl.envs.robots.connect`).
 """
 
 from __future__ import annotations

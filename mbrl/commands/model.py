@@ -5,7 +5,7 @@
 classes by `mbrl.config`); absent ones keep those classes' defaults.
 
 Eval reports, on the data the model never trained on (recorded in the saved model), the measures of
-`world_models.metrics`: per-member holdout MSE, 1σ/2σ calibration, and open-loop k-step error for
+`mbrl.world_models.metrics`: per-member holdout MSE, 1σ/2σ calibration, and open-loop k-step error for
 k = 1, 5, 20, 100 on whole held-out episodes. `--compare DIR` puts a second model's k-step error beside it,
 on the same starts (those with the recurrent model's history behind them).
 """
@@ -22,10 +22,10 @@ import tyro
 
 from mbrl import config as config_io
 from mbrl.core.errors import UserError
-from world_models.ensemble import EnsembleConfig
-from world_models.fit import FitConfig
-from world_models.recurrent import RecurrentConfig
-from world_models.recurrent_fit import RecurrentFitConfig
+from mbrl.world_models.ensemble import EnsembleConfig
+from mbrl.world_models.fit import FitConfig
+from mbrl.world_models.recurrent import RecurrentConfig
+from mbrl.world_models.recurrent_fit import RecurrentFitConfig
 
 MODEL_KINDS = ("mlp", "rwm")
 _SECTIONS = {"mlp": ("ensemble", "fit"), "rwm": ("rwm", "rwm_fit")}
@@ -78,7 +78,7 @@ def _task_fns(task: str | None) -> dict:
     """The task's reward and termination functions, for the model's imagined steps."""
     if task is None:
         return {}
-    from envs.tasks import get_task
+    from mbrl.envs.tasks import get_task
 
     return get_task(task).model_fns()
 
@@ -127,12 +127,12 @@ def fit(args: FitArgs) -> int:
     )
     source = _absolute_source(args.dataset)
     if args.model == "mlp":
-        from world_models.fit import fit_world_model
+        from mbrl.world_models.fit import fit_world_model
 
         result = fit_world_model(dataset, config=config, fit_config=fit_config, source=source, task=task,
                                  progress=args.progress, **task_fns)
     else:
-        from world_models.recurrent_fit import fit_recurrent_model
+        from mbrl.world_models.recurrent_fit import fit_recurrent_model
 
         result = fit_recurrent_model(dataset, config=config, fit_config=fit_config, source=source, task=task,
                                      progress=args.progress, **task_fns)
@@ -161,8 +161,8 @@ def fit(args: FitArgs) -> int:
 def evaluate(args: EvalArgs) -> int:
     """Report a fitted model's holdout accuracy, calibration and open-loop error."""
     from mbrl.datasets import load
-    from world_models.metrics import history_holdout_metrics, holdout_metrics, open_loop_errors
-    from world_models.recurrent import load_model
+    from mbrl.world_models.metrics import history_holdout_metrics, holdout_metrics, open_loop_errors
+    from mbrl.world_models.recurrent import load_model
 
     model = load_model(args.model_dir)
     recurrent = model.is_recurrent

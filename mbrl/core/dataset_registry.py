@@ -1,7 +1,7 @@
 """The one registry of made datasets: their names (`hopper-medium`), Minari ids and place on disk.
 
 A made dataset is a Minari dataset with id `mbrl/<task>/<level>-v0` stored under `$MBRL_DATA_DIR`
-(default `~/.mbrl/datasets`), so any Minari tool can read it too. `envs.collect` writes them and
+(default `~/.mbrl/datasets`), so any Minari tool can read it too. `mbrl.envs.collect` writes them and
 `mbrl.datasets` reads them; both name and find them here.
 """
 
@@ -59,7 +59,7 @@ def data_path(task: str, level: str, root: Path | None = None) -> Path:
 
 
 def is_made(task: str, level: str, root: Path | None = None) -> bool:
-    """A made dataset is there (`envs.collect.write_minari` renames a finished one into place)."""
+    """A made dataset is there (`mbrl.envs.collect.write_minari` renames a finished one into place)."""
     return (data_path(task, level, root) / "metadata.json").is_file()
 
 

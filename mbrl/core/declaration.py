@@ -29,7 +29,7 @@
     max_age_s = 0.05
 
 A reward or termination is `module:function` (an importable module) or `file.py:function` (a file beside the
-declaration). This module reads and checks the file and makes the task's spec; `envs.tasks` imports the
+declaration). This module reads and checks the file and makes the task's spec; `mbrl.envs.tasks` imports the
 functions. A declaration is pure data, so the dataset loaders can use it without JAX.
 """
 

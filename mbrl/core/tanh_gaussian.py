@@ -1,5 +1,5 @@
 """The tanh-Gaussian policy in one home: its network and its distribution, for every agent that has one (SAC-N,
-PPO, NEUBAY) and for the shipped behaviour policies (`envs.behaviour`, which may import only `mbrl.core`).
+PPO, NEUBAY) and for the shipped behaviour policies (`mbrl.envs.behaviour`, which may import only `mbrl.core`).
 
 pi(a|s) = tanh(u), u ~ N(mean(s), exp(log_std(s))), so a is in [-1, 1]:
 - `TanhGaussianActor`: an MLP whose one output layer gives (mean, log_std), log_std clipped to

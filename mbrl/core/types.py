@@ -89,7 +89,7 @@ class DatasetInfo:
     name: str
     source: str  # path or `minari:ID`
     format: str  # "d4rl-hdf5" | "minari" | "neorl-npz" | "neorl2-npz"
-    task: str | None  # a key of envs.tasks.TASKS, when known
+    task: str | None  # a key of mbrl.envs.tasks.TASKS, when known
     obs_dim: int
     act_dim: int
     action_low: tuple[float, ...] | None = None
@@ -143,7 +143,7 @@ class OfflineDataset:
 class TaskSpec:
     """Pure data about a task, usable without importing gymnasium or MuJoCo: a registry entry's spec.
 
-    `envs.tasks` adds the optional reward and termination functions and the env factory on top of it.
+    `mbrl.envs.tasks` adds the optional reward and termination functions and the env factory on top of it.
     `action_low`/`action_high` are one number for every dim or one per dim. Reference returns (a random
     policy's and an expert's) normalize a score; a dataset's own metadata takes precedence where it has them.
     `env_id` is the Gymnasium id that makes the task's simulator, None for a robot with no simulator.

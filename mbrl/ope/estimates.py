@@ -42,7 +42,7 @@ def critic_estimate(policy, initial: np.ndarray) -> dict | None:
     import jax
     import jax.numpy as jnp
 
-    from agents.sac_n import SACNAgent
+    from mbrl.agents.sac_n import SACNAgent
 
     run = policy.run
     if run is None or not isinstance(run.trainer.agent, SACNAgent):
@@ -60,7 +60,7 @@ def critic_estimate(policy, initial: np.ndarray) -> dict | None:
 
 @dataclasses.dataclass(frozen=True)
 class _MarkovPolicy:
-    """A deterministic Markov policy `act(obs batch) -> actions` as a `world_models.rollout` PolicyFn."""
+    """A deterministic Markov policy `act(obs batch) -> actions` as a `mbrl.world_models.rollout` PolicyFn."""
 
     act: Callable
 
@@ -71,12 +71,12 @@ class _MarkovPolicy:
 def model_estimate(policy, dataset, world_model: Path | None, starts: int, horizon: int | None) -> dict | None:
     """The greedy return of `policy` in a world model: `world_model`, else its run's own (None without either).
     A run's agent acts as in training; any other Markov policy (an export) acts through its deployed function."""
-    from envs.tasks import find_task
+    from mbrl.envs.tasks import find_task
     from mbrl.core.score import normalized_score
     from mbrl.sweep.objective import greedy_model_returns, model_returns
     from mbrl.train import dataset_reference_scores
-    from world_models.model import ModelInfo
-    from world_models.recurrent import load_model
+    from mbrl.world_models.model import ModelInfo
+    from mbrl.world_models.recurrent import load_model
 
     run = policy.run
     if run is None and (world_model is None or policy.recurrent):

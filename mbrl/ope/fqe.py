@@ -23,7 +23,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from agents.networks import Critic, ObsScale
+from mbrl.agents.networks import Critic, ObsScale
 from mbrl.core.early_stopping import EarlyStopping
 from mbrl.core.errors import ConfigError, DatasetError
 from mbrl.core.types import Transitions

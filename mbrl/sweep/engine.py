@@ -35,7 +35,7 @@ from typing import Any
 
 import numpy as np
 
-from agents import registry
+from mbrl.agents import registry
 from mbrl.core.errors import ConfigError
 from mbrl.core.files import write_text_atomic
 from mbrl.sweep import objective as objectives
@@ -346,7 +346,7 @@ class Sweep:
     def data(self):
         """(training dataset, held-out transitions, task, reference scores), loaded once."""
         if self._data is None:
-            from envs.tasks import find_task
+            from mbrl.envs.tasks import find_task
             from mbrl import datasets
             from mbrl.train import dataset_reference_scores
 
@@ -484,7 +484,7 @@ class Sweep:
                 self._give_back(a, "interrupted" if self._stopping() else "error")
 
     def run_group(self, members: list[Asked]) -> None:
-        from agents import registry
+        from mbrl.agents import registry
         from mbrl.core.score import normalized_score
         from mbrl.population import train_population
         from mbrl.trainer import trainer_of_data

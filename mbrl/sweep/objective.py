@@ -78,7 +78,7 @@ def q_trends(records: list[dict], updates_per_unit: int = 1000) -> list[float] |
 
 @functools.partial(jax.jit, static_argnames=("policy", "horizon", "cfg"))
 def _population_returns(key, world_model, policy, actor_params, start_obs, members, start, horizon, cfg):
-    from world_models.rollout import rollout
+    from mbrl.world_models.rollout import rollout
 
     def one(params):
         return rollout(key, world_model, policy, params, start_obs, horizon, cfg, start=start, members=members).stats.returns
@@ -100,8 +100,8 @@ def model_returns(trainer, state, world_model, dataset: OfflineDataset, *, start
 def greedy_model_returns(world_model, policy, actor_params, initial_carry, act_dim: int, dataset: OfflineDataset, *,
                          starts: int, horizon: int, seed: int = 0) -> np.ndarray:
     """(policies, elites): the mean return per elite of each of the policies `actor_params` (stacked on a leading
-    axis) under `policy`, a `world_models.rollout` PolicyFn acting greedily, from `starts` episode start states."""
-    from world_models.rollout import RecurrentStart, RolloutConfig
+    axis) under `policy`, a `mbrl.world_models.rollout` PolicyFn acting greedily, from `starts` episode start states."""
+    from mbrl.world_models.rollout import RecurrentStart, RolloutConfig
 
     rng = np.random.default_rng(seed)
     first = dataset.transitions.obs[dataset.episode_starts]
@@ -119,7 +119,7 @@ def greedy_model_returns(world_model, policy, actor_params, initial_carry, act_d
 
 def heldout_td_errors(trainer, state, heldout: Transitions | None, rows: int = 4096, seed: int = 0) -> list[float] | None:
     """Per member: the critics' mean squared TD error on held-out real transitions (SAC-N critics only)."""
-    from agents.sac_n import SACNAgent
+    from mbrl.agents.sac_n import SACNAgent
 
     if heldout is None or not isinstance(trainer.agent, SACNAgent):
         return None

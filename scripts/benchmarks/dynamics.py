@@ -1,6 +1,6 @@
 """Dynamics-ensemble training throughput.
 
-`dynamics_train`: gradient steps per second of the real fitting code (`world_models.fit.run_epoch`:
+`dynamics_train`: gradient steps per second of the real fitting code (`mbrl.world_models.fit.run_epoch`:
 per-member shuffles, minibatch gathers, Gaussian NLL + per-layer weight decay + log-variance bound
 penalty, Adam, then the holdout pass and best-weights select) for OfflineRL-Kit's MOPO workload:
 7 members x [23 -> 4x200 -> 36] (halfcheetah: 17 obs + 6 action in, 2 x (17 + 1) out), batch 256
@@ -34,8 +34,8 @@ def matmul_flops_per_step(num_members: int, dims: list[int], batch: int) -> floa
 
 
 def dynamics_train(quick: bool) -> dict:
-    from world_models.ensemble import EnsembleConfig, GaussianEnsemble, init_params
-    from world_models.fit import DeviceData, TrainState, make_optimizer, run_epoch
+    from mbrl.world_models.ensemble import EnsembleConfig, GaussianEnsemble, init_params
+    from mbrl.world_models.fit import DeviceData, TrainState, make_optimizer, run_epoch
 
     steps = 20 if quick else 200
     repeats = 2 if quick else 5

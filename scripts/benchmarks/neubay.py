@@ -1,13 +1,13 @@
 """NEUBAY's imagination throughput: long rollouts of a large ensemble driven by a recurrent policy.
 
-Workload (issue 8): a 100-member 4x200 LayerNorm ensemble (`world_models.model.WorldModel`, NEUBAY's
+Workload (issue 8): a 100-member 4x200 LayerNorm ensemble (`mbrl.world_models.model.WorldModel`, NEUBAY's
 fixed log-σ range), one member per trajectory, epistemic_std computed at every step (it needs all 100
 members on every state), driven by NEUBAY's recurrent actor at the paper's size (LRU 256/128 x 2 layers,
-heads 2x256, `agents.neubay`), at hopper sizes (obs 11, act 3). 100 trajectories x 1,000 steps, from
+heads 2x256, `mbrl.agents.neubay`), at hopper sizes (obs 11, act 3). 100 trajectories x 1,000 steps, from
 fresh episode starts, with no termination and no threshold, so that every step is an imagined
 transition. Weights are freshly initialised (throughput does not depend on their values).
 
-`neubay_rollout` times `world_models.rollout.rollout` alone (one compiled scan of 1,000 steps);
+`neubay_rollout` times `mbrl.world_models.rollout.rollout` alone (one compiled scan of 1,000 steps);
 `collect_transitions_per_s` times the whole NEUBAY collect (`mbrl.imagination.SequenceImagination.collect`:
 warm-up of the memory on real prefixes of random length, chunked rollouts that stop once nothing is
 alive, insertion into the tape) per imagined transition. NEUBAY's own collector steps the ensemble in a
@@ -27,11 +27,11 @@ def _workload(members: int, trajectories: int, horizon: int):
     import jax
     import jax.numpy as jnp
 
-    from agents.neubay import NeubayConfig
+    from mbrl.agents.neubay import NeubayConfig
     from mbrl.config import ScheduleConfig, TrainConfig
     from mbrl.trainer import Trainer
-    from world_models.ensemble import EnsembleConfig, GaussianEnsemble, init_params
-    from world_models.model import Normalizer, WorldModel
+    from mbrl.world_models.ensemble import EnsembleConfig, GaussianEnsemble, init_params
+    from mbrl.world_models.model import Normalizer, WorldModel
 
     config = EnsembleConfig(num_members=members, num_elites=members, hidden_dims=HIDDEN, layer_norm=True)
     in_dim = OBS_DIM + ACT_DIM
@@ -85,7 +85,7 @@ def neubay_rollout(quick: bool) -> dict:
     from mbrl.core import sequence_replay
     from mbrl.imagination import ExploringPolicy
     from mbrl.trainer import hypers_of
-    from world_models.rollout import RecurrentStart, rollout
+    from mbrl.world_models.rollout import RecurrentStart, rollout
 
     members, trajectories, horizon = (20, 100, 100) if quick else (100, 100, 1_000)
     model, trainer, agent_state, config = _workload(members, trajectories, horizon)

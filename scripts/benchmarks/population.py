@@ -140,7 +140,7 @@ def sweep_population(quick: bool) -> dict:
 
     from benchmarks.agents import ACT_DIM, OBS_DIM, _buffers
     from benchmarks.rollout import _workload
-    from envs.tasks import TASKS
+    from mbrl.envs.tasks import TASKS
     from mbrl import config as config_io
     from mbrl import evaluate as evaluate_module
     from mbrl.population import member_config

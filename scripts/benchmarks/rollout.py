@@ -1,8 +1,8 @@
 """Imagined-rollout throughput: MOPO's workload at horizon 5, and long horizons (1,000 steps).
 
-Workload (issue 5): a 7-member 4x200 SiLU Gaussian ensemble (`world_models.model.WorldModel`, 5
+Workload (issue 5): a 7-member 4x200 SiLU Gaussian ensemble (`mbrl.world_models.model.WorldModel`, 5
 elites, a member per sample) with MOPO's `aleatoric_max` penalty, driven by a 2x256 SAC actor with
-tanh-Gaussian sampling (`agents.sac_n.SACN`), at halfcheetah sizes (obs 17, act 6). Weights are
+tanh-Gaussian sampling (`mbrl.agents.sac_n.SACN`), at halfcheetah sizes (obs 17, act 6). Weights are
 freshly initialised (throughput does not depend on their values). OfflineRL-Kit's `MOPOPolicy.rollout`
 runs the same workload; compare with it only side by side, in one run on one machine (docs/throughput.md).
 
@@ -29,10 +29,10 @@ def _workload(seed: int = 0):
     import jax
     import jax.numpy as jnp
 
-    from agents.sac_n import SACN, SACNConfig
-    from world_models.ensemble import EnsembleConfig, GaussianEnsemble, init_params
-    from world_models.model import Normalizer, WorldModel
-    from world_models.rollout import MarkovPolicy
+    from mbrl.agents.sac_n import SACN, SACNConfig
+    from mbrl.world_models.ensemble import EnsembleConfig, GaussianEnsemble, init_params
+    from mbrl.world_models.model import Normalizer, WorldModel
+    from mbrl.world_models.rollout import MarkovPolicy
 
     config = EnsembleConfig()  # 7 members, 5 elites, 4x200 SiLU
     network = GaussianEnsemble(config, OBS_DIM + 1)
@@ -65,7 +65,7 @@ def _measure(starts: int, horizon: int, batch_chunk: int | None, repeats: int = 
     import jax
 
     from benchmarks.common import time_call
-    from world_models.rollout import RolloutConfig, rollout
+    from mbrl.world_models.rollout import RolloutConfig, rollout
 
     model, policy, actor_params, config = _workload()
     chunk = batch_chunk if batch_chunk and starts % batch_chunk == 0 and starts > batch_chunk else None

@@ -1,7 +1,7 @@
 """RWM-U and MOPO-PPO throughput (issue 22), at the paper's sizes; the PyTorch peer's side is scripts/peer_rwm.py
 (leggedrobotics/rsl_rl_rwm's own code), to be run right after this on the same machine.
 
-`rwm_fit`: gradient steps per second of the real fitting code (`world_models.recurrent_fit.run_epoch`): a batch
+`rwm_fit`: gradient steps per second of the real fitting code (`mbrl.world_models.recurrent_fit.run_epoch`): a batch
 of 1,024 windows, the shared GRU (2x256) reading 32 real steps, then 8 forecast steps per head (5 heads of 128)
 fed on their own samples, bootstrap-weighted NLL, global-norm clip, Adam; one compiled call is
 `steps` steps and a holdout pass over 64 windows. rsl_rl_rwm's step on the same batch reads the history once per
@@ -26,8 +26,8 @@ OBS_DIM, ACT_DIM, EPISODE = 11, 3, 200
 
 
 def _random_model(config):
-    from world_models.model import Normalizer
-    from world_models.recurrent import RecurrentWorldModel, init_params
+    from mbrl.world_models.model import Normalizer
+    from mbrl.world_models.recurrent import RecurrentWorldModel, init_params
 
     params = init_params(jax.random.PRNGKey(0), config, OBS_DIM + ACT_DIM, OBS_DIM + 1)
     ones = lambda d: Normalizer(jnp.zeros(d), jnp.ones(d))  # noqa: E731
@@ -37,9 +37,9 @@ def _random_model(config):
 
 
 def rwm_fit(quick: bool) -> dict:
-    from world_models.model import Normalizer
-    from world_models.recurrent import RecurrentConfig, init_params
-    from world_models.recurrent_fit import RecurrentFitConfig, WindowData, make_optimizer, run_epoch
+    from mbrl.world_models.model import Normalizer
+    from mbrl.world_models.recurrent import RecurrentConfig, init_params
+    from mbrl.world_models.recurrent_fit import RecurrentFitConfig, WindowData, make_optimizer, run_epoch
 
     config = RecurrentConfig()  # 5 heads, GRU 2x256, heads [128], history 32, forecast 8
     steps = 3 if quick else 10
