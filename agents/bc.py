@@ -16,21 +16,24 @@ import jax.numpy as jnp
 import optax
 from flax import struct
 
-from mbrl.agents.base import scan_updates
-from mbrl.agents.networks import ObsScale, scaled
+from mbrl.agents.base import AlgorithmEntry, scan_updates, traced, traced_values
+from mbrl.agents.networks import DeterministicActor, ObsScale, scaled
 from mbrl.core.nn import MLP
 from mbrl.core.errors import ConfigError
 from mbrl.core.types import Transitions
 
 
-# The fields of `BCConfig` that are data in the training state.
-BC_HYPERS = ("learning_rate",)
-
-
 @dataclasses.dataclass(frozen=True)
 class BCConfig:
+    """Behaviour cloning's settings (section `bc`).
+
+    hidden_sizes: hidden layer widths of the actor.
+    learning_rate: Adam learning rate.
+    batch_size: rows per update.
+    """
+
     hidden_sizes: Sequence[int] = (256, 256)
-    learning_rate: float = 3e-4
+    learning_rate: float = traced(3e-4)
     batch_size: int = 256
 
     def __post_init__(self):
@@ -49,11 +52,10 @@ class BCState:
     step: jax.Array
 
 
-class BC:
+class BC(DeterministicActor):
     """`mbrl.agents.base.Algorithm` on the real data only: a deterministic Markov policy."""
 
     imagination = "none"
-    recurrent = False
 
     def __init__(self, config: BCConfig, obs_dim: int, act_dim: int, obs_scale: ObsScale | None = None):
         self.config = config
@@ -63,26 +65,12 @@ class BC:
         self.batch_size = config.batch_size
 
     def hypers(self) -> dict:
-        return {"bc": {name: jnp.asarray(getattr(self.config, name), jnp.float32) for name in BC_HYPERS}}
+        return {"bc": traced_values(self.config)}
 
     def init(self, key: jax.Array, hypers: dict) -> BCState:
         del hypers  # nothing at init depends on them
         params = self.actor.init(key, jnp.zeros((1, self.obs_dim), jnp.float32))
         return BCState(actor_params=params, opt_state=self.tx.init(params), step=jnp.zeros((), jnp.int32))
-
-    def deterministic_action(self, actor_params, obs):
-        return jnp.tanh(self.actor.apply(actor_params, obs))
-
-    def act(self, actor_params, carry, inputs, key=None, deterministic: bool = True):
-        del key, deterministic  # a deterministic policy
-        return self.deterministic_action(actor_params, inputs.obs), carry
-
-    def initial_carry(self, batch: int):
-        return ()
-
-    @staticmethod
-    def actor_params(state: BCState):
-        return state.actor_params
 
     def loss(self, actor_params, batch: Transitions):
         return jnp.mean(jnp.square(self.deterministic_action(actor_params, batch.obs) - batch.action))
@@ -98,3 +86,25 @@ class BC:
     def update_many(self, state: BCState, batches: Transitions, key: jax.Array, hypers: dict):
         """K updates in one `lax.scan` over batches with a leading axis K; metrics averaged over K."""
         return scan_updates(lambda s, b, k: self.update(s, b, k, hypers), state, batches, key)
+
+
+# OfflineRL-Kit run_example/run_bc.py: a deterministic 2x256 actor, lr 3e-4, batch 256, 200 epochs of 1,000
+# steps, on the real data only. Quick: 20 epochs.
+PRESETS = {
+    "paper": {
+        "bc": {"hidden_sizes": (256, 256), "learning_rate": 3e-4, "batch_size": 256},
+        "schedule": {"epochs": 200, "updates_per_epoch": 1000, "eval_every": 10, "eval_episodes": 10},
+    },
+    "quick": {
+        "bc": {"hidden_sizes": (256, 256), "learning_rate": 3e-4, "batch_size": 256},
+        "schedule": {"epochs": 20, "updates_per_epoch": 1000, "eval_every": 5, "eval_episodes": 5},
+    },
+}
+
+
+def make(config, obs_dim, act_dim, obs_scale):
+    return BC(config.bc, obs_dim, act_dim, obs_scale)
+
+
+ALGORITHM = AlgorithmEntry(name="bc", sections={"bc": BCConfig}, make=make, presets=PRESETS,
+                           smoke={"bc": {"hidden_sizes": [16, 16], "batch_size": 16}})

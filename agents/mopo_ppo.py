@@ -16,12 +16,11 @@ import dataclasses
 import jax
 import jax.numpy as jnp
 
+from mbrl.agents.base import AlgorithmEntry, traced
 from mbrl.agents.mopo import penalized_reward
 from mbrl.agents.ppo import PPO, PPOConfig
 from mbrl.core.errors import ConfigError
 
-# The fields of `MOPOPPOConfig` that are data in the training state.
-MOPO_PPO_HYPERS = ("penalty_coef", "threshold_quantile")
 HEAD_MODES = ("per_trajectory", "per_step")
 
 
@@ -38,9 +37,9 @@ class MOPOPPOConfig:
         every step).
     """
 
-    penalty_coef: float = 1.0
+    penalty_coef: float = traced(1.0)
     uncertainty: str = "epistemic_sum"
-    threshold_quantile: float = 1.0
+    threshold_quantile: float = traced(1.0)
     head_mode: str = "per_trajectory"
 
     def __post_init__(self):
@@ -68,3 +67,52 @@ class MOPOPPO(PPO):
 
     def model_reward(self, hypers, reward: jax.Array, uncertainty: jax.Array) -> jax.Array:
         return penalized_reward(reward, uncertainty.astype(jnp.float32), hypers["mopo_ppo"]["penalty_coef"])
+
+
+# MOPO-PPO (Li et al. 2025, RWM-U): 4,096 imagined environments x 100 steps per iteration, lambda 1.0, PPO with
+# rsl_rl's defaults (`mbrl.agents.ppo.PPOConfig`), RWM-U with the paper's sizes (`mbrl.world_models.recurrent`); an
+# iteration is one epoch of ppo.learning_epochs x ppo.minibatches = 20 updates (`schedule.updates_per_epoch` follows
+# from the ppo section). 1,500 iterations are rsl_rl's example `max_iterations` (leggedrobotics/rsl_rl_rwm
+# config/example_config.yaml). Quick: 5x fewer imagined environments, a smaller policy and model, a fit time budget.
+PRESETS = {
+    "paper": {
+        "imagination": {"horizon": 100, "rollouts_per_epoch": 4096},
+        "mopo_ppo": {"penalty_coef": 1.0},
+        "schedule": {"epochs": 1500, "eval_every": 50, "eval_episodes": 10},
+    },
+    "quick": {
+        "imagination": {"horizon": 100, "rollouts_per_epoch": 512},
+        "mopo_ppo": {"penalty_coef": 1.0},
+        "ppo": {"hidden_sizes": (128, 128)},
+        "rwm": {"gru_hidden": 128, "history": 16},
+        "rwm_fit": {"batch_size": 256, "max_seconds": 240.0, "max_epochs": 60},
+        "schedule": {"epochs": 200, "eval_every": 25, "eval_episodes": 5},
+    },
+}
+
+
+def make(config, obs_dim, act_dim, obs_scale):
+    if obs_scale is not None:
+        raise ConfigError("normalize_obs: mopo-ppo standardises its observations with running statistics of its "
+                          "rollouts (ppo.normalize_obs); leave normalize_obs off")
+    return MOPOPPO(config.ppo, config.mopo_ppo, obs_dim, act_dim)
+
+
+def one_iteration_per_epoch(config) -> dict:
+    """An epoch is one PPO iteration: its updates follow from the ppo section unless given otherwise."""
+    updates = config.ppo.updates_per_iteration
+    if config.schedule.updates_per_epoch == updates:
+        return {}
+    if config.schedule.updates_per_epoch != type(config.schedule)().updates_per_epoch:
+        raise ConfigError(
+            f"schedule.updates_per_epoch: an epoch of {ALGORITHM.name} is one PPO iteration of ppo.learning_epochs "
+            f"{config.ppo.learning_epochs} x ppo.minibatches {config.ppo.minibatches} = {updates} updates; found "
+            f"{config.schedule.updates_per_epoch}")
+    return {"schedule": dataclasses.replace(config.schedule, updates_per_epoch=updates)}
+
+
+ALGORITHM = AlgorithmEntry(
+    name="mopo-ppo", sections={"ppo": PPOConfig, "mopo_ppo": MOPOPPOConfig}, make=make, presets=PRESETS,
+    model_kind="rwm", imagination_fields=("horizon", "rollouts_per_epoch"), finalize=one_iteration_per_epoch,
+    smoke={"ppo": {"hidden_sizes": [16, 16], "learning_epochs": 5, "minibatches": 2}},
+)

@@ -113,3 +113,24 @@ class CriticEnsemble:
     def apply_member(self, member_params, obs, action):
         """One member's Q-values, for per-member action gradients."""
         return self.member.apply(member_params, obs, action)
+
+
+class DeterministicActor:
+    """Acting for a Markov policy tanh(actor(obs)) (BC, TD3+BC): mix into an algorithm whose `self.actor` is the
+    network and whose state holds `actor_params`."""
+
+    recurrent = False
+
+    def deterministic_action(self, actor_params, obs):
+        return jnp.tanh(self.actor.apply(actor_params, obs))
+
+    def act(self, actor_params, carry, inputs, key=None, deterministic: bool = True):
+        del key, deterministic  # a deterministic policy
+        return self.deterministic_action(actor_params, inputs.obs), carry
+
+    def initial_carry(self, batch: int):
+        return ()
+
+    @staticmethod
+    def actor_params(state):
+        return state.actor_params

@@ -33,16 +33,12 @@ import optax
 from flax import struct
 
 from mbrl.agents.memory import Memory, MemoryConfig, initial_carry
-from mbrl.agents.base import scan_updates
+from mbrl.agents import neubay_presets
+from mbrl.agents.base import AlgorithmEntry, scan_updates, static_when_zero, traced, traced_values
 from mbrl.agents.networks import ObsScale, anchor_error, masked_mean
 from mbrl.core.tanh_gaussian import LOG_STD_MAX, LOG_STD_MIN, sample_tanh_gaussian, tanh_gaussian_mode
 from mbrl.core.errors import ConfigError
 from mbrl.core.sequence_replay import SequenceBatch
-
-
-# The fields of `NeubayConfig` that are data in the training state: a population may vary them in one program.
-NEUBAY_HYPERS = ("critic_encoder_lr", "critic_head_lr", "actor_encoder_lr", "actor_head_lr", "alpha_lr", "gamma", "tau",
-                 "real_weight", "actor_bc_coef", "init_alpha", "unc_quantile")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -79,7 +75,7 @@ class NeubayConfig:
     model_noise: step each trajectory's member by a draw of its Gaussian, mean + eps · std (neubay
         offline_world/cont_ensemble.py `_step`); False steps with the member's mean. The posterior sample
         (one member per trajectory) is kept either way. MuJoCo itself is deterministic, and under a
-        short fit the draws can topple a good policy's hopper (`scripts/imagined_horizon.py` measures
+        short fit the draws can topple a good policy's hopper (`scripts/experiments/imagined_horizon.py` measures
         both; docs/findings.md has the figures).
     actor_bc_coef: not in NEUBAY. A BC term in the actor loss on the real steps of each window (the real
         prefixes): the squared distance of tanh(mean) to the data's action, times the windows' mean |Q|
@@ -98,22 +94,22 @@ class NeubayConfig:
     head_layers: int = 2
     num_critics: int = 10
     sampled_critics: int = 2
-    init_alpha: float = 0.2
+    init_alpha: float = traced(0.2)
     target_entropy_ratio: float | None = 1.0
-    critic_encoder_lr: float = 1e-5
-    critic_head_lr: float = 1e-4
-    actor_encoder_lr: float = 1e-5
-    actor_head_lr: float = 1e-4
+    critic_encoder_lr: float = traced(1e-5)
+    critic_head_lr: float = traced(1e-4)
+    actor_encoder_lr: float = traced(1e-5)
+    actor_head_lr: float = traced(1e-4)
     critic_lr_ratio: float = 1.0
     actor_lr_ratio: float = 0.0
     lr_decay_steps: int | None = None
-    alpha_lr: float = 1e-4
+    alpha_lr: float = traced(1e-4)
     weight_decay: float = 0.0
     adam_eps: float = 1e-8
     gradient_scale: float = 1000.0
-    gamma: float = 0.99
-    tau: float = 0.005
-    real_weight: float = 0.05
+    gamma: float = traced(0.99)
+    tau: float = traced(0.005)
+    real_weight: float = traced(0.05)
     backup_entropy: bool = True
     num_sequences: int = 8
     sequence_length: int = 256
@@ -121,13 +117,13 @@ class NeubayConfig:
     parallel_size: int = 100
     utd: float = 0.05
     tape_capacity: int = 40_000
-    unc_quantile: float = 1.0
+    unc_quantile: float = traced(1.0)
     max_rollout_length: int | None = None
     max_episode_steps: int = 1000
     rollout_chunk: int = 50
     threshold_rows: int | None = None
     model_noise: bool = True
-    actor_bc_coef: float = 0.0
+    actor_bc_coef: float = static_when_zero(0.0)
 
     def __post_init__(self):
         positive = ("head_hidden", "head_layers", "num_critics",
@@ -271,7 +267,7 @@ class Neubay:
         self.target_entropy = None if ratio is None else -float(act_dim) * ratio
 
     def hypers(self) -> dict:
-        return {"neubay": {name: jnp.asarray(getattr(self.config, name), jnp.float32) for name in NEUBAY_HYPERS}}
+        return {"neubay": traced_values(self.config)}
 
     @property
     def sequence_settings(self) -> NeubayConfig:
@@ -491,3 +487,24 @@ class Neubay:
     def update_many(self, state: NeubayState, batches: SequenceBatch, key: jax.Array, hypers: dict):
         """K updates in one `lax.scan` over windows with a leading axis K; metrics averaged over K."""
         return scan_updates(lambda s, b, k: self.update(s, b, k, hypers), state, batches, key)
+
+
+def make(config, obs_dim, act_dim, obs_scale):
+    total = config.schedule.epochs * config.schedule.updates_per_epoch
+    return Neubay(config.neubay, obs_dim, act_dim, total_updates=total, obs_scale=obs_scale)
+
+
+def compiled_schedule(config) -> dict:
+    # Without its own decay length, the learning rate's cosine runs over the run's total updates.
+    return {"epochs": config.schedule.epochs} if config.neubay.lr_decay_steps is None else {}
+
+
+ALGORITHM = AlgorithmEntry(
+    name="neubay", sections={"neubay": NeubayConfig}, make=make, presets=neubay_presets.PRESETS,
+    per_dataset=neubay_presets.per_dataset, model_kind="mlp", imagination_fields=("per_seed_model",),
+    compiled_schedule=compiled_schedule,
+    smoke={"neubay": {"d_model": 8, "d_hidden": 8, "memory_layers": 1, "head_hidden": 16, "head_layers": 1,
+                      "num_critics": 3, "sampled_critics": 2, "num_sequences": 2, "sequence_length": 8,
+                      "warmup_length": 8, "parallel_size": 4, "tape_capacity": 16, "max_episode_steps": 100,
+                      "rollout_chunk": 20, "utd": 0.5}},
+)

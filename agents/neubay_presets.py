@@ -1,4 +1,4 @@
-"""NEUBAY presets as data, merged into `mbrl.agents.presets` (same layout: nested overrides per section).
+"""NEUBAY presets as data, declared by `mbrl.agents.neubay` (nested overrides per section, as every preset).
 
 `paper`: twni2016/neubay configs/d4rl_loco/base.yaml with the per-dataset values of
 configs/d4rl_loco/task/<task>_<level>.yaml. The world model (`ensemble` there): 128 members trained, the
@@ -56,8 +56,8 @@ PER_TASK: dict[str, dict[str, Any]] = {
 _ENSEMBLE_PAPER = {"num_members": 128, "num_elites": 100, "layer_norm": True, "hidden_dims": (200, 200, 200, 200)}
 _ENSEMBLE_QUICK = {"num_members": 20, "num_elites": 16, "layer_norm": True, "hidden_dims": (200, 200, 200, 200)}
 
-BASE: dict[tuple[str, str], dict[str, Any]] = {
-    ("neubay", "paper"): {
+PRESETS: dict[str, dict[str, Any]] = {
+    "paper": {
         "neubay": {"parallel_scan": True},  # otherwise NeubayConfig's defaults are the paper's
         "ensemble": dict(_ENSEMBLE_PAPER),
         "fit": {"holdout_ratio": 0.2, "max_holdout": 1000, "patience": 5, "min_improvement": 0.01,
@@ -65,7 +65,7 @@ BASE: dict[tuple[str, str], dict[str, Any]] = {
         "imagination": {"per_seed_model": True},
         "schedule": {"epochs": 2000, "updates_per_epoch": 1000, "eval_every": 20, "eval_episodes": 20},
     },
-    ("neubay", "quick"): {
+    "quick": {
         "neubay": {
             "d_model": 128,
             "d_hidden": 64,

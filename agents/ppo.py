@@ -39,15 +39,13 @@ import jax.numpy as jnp
 import optax
 from flax import struct
 
+from mbrl.agents.base import traced, traced_values
 from mbrl.agents.networks import masked_mean
 from mbrl.core.tanh_gaussian import sample_tanh_gaussian, tanh_gaussian_log_prob, tanh_gaussian_mode
 from mbrl.core.errors import ConfigError
 from mbrl.core.nn import ACTIVATIONS, MLP
 from mbrl.core.types import PolicyInput, Transitions
 
-# The fields of `PPOConfig` that are data in the training state (a population may vary them).
-# `learning_rate` is the initial rate: the adaptive schedule carries the current one in `PPOState`.
-PPO_HYPERS = ("learning_rate", "clip", "value_loss_coef", "entropy_coef", "gamma", "lam", "desired_kl")
 SCHEDULES = ("adaptive", "fixed")
 
 # rsl_rl ppo.py `update`: the adaptive schedule's factor and the bounds it clamps the rate to.
@@ -81,16 +79,16 @@ class PPOConfig:
 
     hidden_sizes: tuple[int, ...] = (256, 256, 256)
     activation: str = "elu"
-    learning_rate: float = 1e-3
+    learning_rate: float = traced(1e-3)  # the initial rate: the adaptive schedule carries the current one in PPOState
     learning_epochs: int = 5
     minibatches: int = 4
-    clip: float = 0.2
+    clip: float = traced(0.2)
     clip_value_loss: bool = True
-    value_loss_coef: float = 1.0
-    entropy_coef: float = 0.005
-    gamma: float = 0.99
-    lam: float = 0.95
-    desired_kl: float = 0.01
+    value_loss_coef: float = traced(1.0)
+    entropy_coef: float = traced(0.005)
+    gamma: float = traced(0.99)
+    lam: float = traced(0.95)
+    desired_kl: float = traced(0.01)
     schedule: str = "adaptive"
     max_grad_norm: float = 1.0
     init_noise_std: float = 1.0
@@ -136,8 +134,8 @@ class PPOConfig:
         return self.learning_epochs * self.minibatches
 
     def hypers(self) -> dict[str, jax.Array]:
-        """The values `PPO` reads as traced data (`PPO_HYPERS`)."""
-        return {name: jnp.asarray(getattr(self, name), jnp.float32) for name in PPO_HYPERS}
+        """The values `PPO` reads as traced data (the fields marked `traced`)."""
+        return traced_values(self)
 
 
 @struct.dataclass

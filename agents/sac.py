@@ -102,6 +102,10 @@ class OnlineSAC:
             return self.insert_only(state, rows), None
         return self.insert_and_update(state, rows, fixed, hypers, anchor_params)
 
+    def deterministic_policy(self) -> Callable:
+        """A jitted batch policy `(actor_params, obs_batch, key) -> tanh(mean)`."""
+        return make_policy(self.core, deterministic=True)
+
     def chunk_batches(self, buffer: ReplayBuffer, fixed: ReplayBuffer | None, key: jax.Array, updates: int) -> Transitions:
         """The batches of `updates` updates, (updates, batch, ...): `offline_rows` leading rows of each from `fixed`,
         the rest from `buffer`. The buffers do not change during a chunk, so all batches are gathered at once

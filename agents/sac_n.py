@@ -23,47 +23,65 @@ import jax.numpy as jnp
 import optax
 from flax import struct
 
-from mbrl.agents.base import scan_updates
+from mbrl.agents.base import scan_updates, static_when_zero, traced, traced_values
 from mbrl.agents.networks import CriticEnsemble, ObsScale, anchor_error, scaled
 from mbrl.core.nn import INITS
 from mbrl.core.tanh_gaussian import TanhGaussianActor, sample_tanh_gaussian, tanh_gaussian_mode
 from mbrl.core.errors import ConfigError
+from mbrl.core.replay import real_count
 from mbrl.core.types import Transitions
 
 
 UPDATE_ORDERS = ("critic_actor_alpha", "alpha_actor_critic")
+# `sac.init` -> the network init scheme of `mbrl.core.nn` (which calls EDAC's "corl", after the code it follows).
+NETWORK_INITS = dict(zip(("flax", "edac", "torch"), INITS))
 
 
 @dataclasses.dataclass(frozen=True)
 class SACNConfig:
-    # Defaults: SAC (Haarnoja et al. 2018b, Table 1): 2x256, Adam 3e-4, batch 256, gamma 0.99, tau 5e-3.
+    """The SAC-N core's settings (section `sac`). Defaults: SAC (Haarnoja et al. 2018b, Table 1): 2x256, Adam 3e-4,
+    batch 256, gamma 0.99, tau 5e-3.
+
+    num_critics: N critics; the TD target takes the min over N target critics.
+    hidden_sizes: hidden layer widths of the actor and each critic.
+    actor_lr: Adam learning rate of the actor.
+    critic_lr: Adam learning rate of the critics.
+    alpha_lr: Adam learning rate of the entropy temperature.
+    gamma: discount factor.
+    tau: Polyak rate of the target critics.
+    batch_size: rows per update (real + model).
+    eta: EDAC gradient-diversity weight (0: plain SAC-N, the term and its cost left out).
+    target_entropy: entropy target of automatic tuning (default -act_dim).
+    init_alpha: initial entropy temperature.
+    critic_layer_norm: LayerNorm in each critic's hidden layers (Ball et al. 2023: it bounds Q on inputs far from
+        the data, where plain MLPs extrapolate without limit).
+    actor_bc_coef: weight of a BC term on the real rows in the actor loss, times the batch's mean |Q|, as in
+        TD3+BC and Unifloral's model-based ReBRAC (TD3+BC's alpha 2.5 is 0.4 here; 0: off).
+    update_order: critic_actor_alpha, or alpha_actor_critic as edge-of-reach's agent.py.
+    init: flax (Flax defaults), edac (CORL/edge-of-reach: bias 0.1, small last layers) or torch (nn.Linear's).
+    logp_epsilon: 0: exact tanh log-probability; > 0: log(1 - tanh^2 + eps) as the references (1e-6).
+    alpha_max: clamp the temperature to at most this (OfflineRL-Kit: 1.0); empty: no clamp.
+    """
+
     num_critics: int = 2
     hidden_sizes: Sequence[int] = (256, 256)
-    actor_lr: float = 3e-4
-    critic_lr: float = 3e-4
-    alpha_lr: float = 3e-4
-    gamma: float = 0.99
-    tau: float = 5e-3
+    actor_lr: float = traced(3e-4)
+    critic_lr: float = traced(3e-4)
+    alpha_lr: float = traced(3e-4)
+    gamma: float = traced(0.99)
+    tau: float = traced(5e-3)
     batch_size: int = 256
-    eta: float = 0.0  # EDAC gradient-diversity weight; 0 disables the term (and its cost)
+    eta: float = static_when_zero(0.0)
     target_entropy: float | None = None  # None: -act_dim
-    init_alpha: float = 1.0
-    # LayerNorm in every critic's hidden layers (Ball et al. 2023, "Efficient Online RL with Offline
-    # Data"): it bounds Q on inputs far from the data, where plain MLPs extrapolate without limit.
+    init_alpha: float = traced(1.0)
     critic_layer_norm: bool = False
-    # Weight of a behaviour-cloning term in the actor loss, as in TD3+BC (Fujimoto & Gu 2021) and
-    # Unifloral's model-based ReBRAC (MoBRAC, Jackson et al. 2025), on the real rows of each batch. The
-    # term is multiplied by the batch's mean |Q| so the weight means the same at any reward scale;
-    # TD3+BC's alpha 2.5 is 1/2.5 = 0.4 here. 0 disables it.
-    actor_bc_coef: float = 0.0
-    # Static options (they change the program, so they are not in SAC_HYPERS), for matching reference code.
-    # "alpha_actor_critic": edge-of-reach agent_training/agent.py Agent.update (temperature, actor, critic).
+    actor_bc_coef: float = static_when_zero(0.0)
+    # Static options for matching reference code: edge-of-reach agent_training/agent.py Agent.update
+    # (alpha_actor_critic), its Actor/VectorizedCritic (edac), OfflineRL-Kit's nn.Linear (torch), the references'
+    # log(1 - tanh^2 + eps) (1e-6), OfflineRL-Kit policy/model_free/sac.py's clamp (1.0).
     update_order: str = "critic_actor_alpha"
-    # "edac": edge-of-reach agent_training/agent.py Actor/VectorizedCritic; "torch": OfflineRL-Kit nn.Linear.
     init: str = "flax"
-    # log(1 - tanh(u)^2 + eps) as edge-of-reach Actor.forward / OfflineRL-Kit TanhNormalWrapper (1e-6); 0: exact.
     logp_epsilon: float = 0.0
-    # alpha = min(exp(log_alpha), alpha_max), as OfflineRL-Kit policy/model_free/sac.py (1.0); None: no clamp.
     alpha_max: float | None = None
 
     def __post_init__(self):
@@ -88,20 +106,30 @@ class SACNConfig:
             raise ConfigError(f"sac.eta: the EDAC term (eta={self.eta}) needs sac.num_critics >= 2, found {self.num_critics}")
         if self.update_order not in UPDATE_ORDERS:
             raise ConfigError(f"sac.update_order: expected one of {UPDATE_ORDERS}, found {self.update_order!r}")
-        if self.init not in INITS:
-            raise ConfigError(f"sac.init: expected one of {INITS}, found {self.init!r}")
+        if self.init not in NETWORK_INITS:
+            raise ConfigError(f"sac.init: expected one of {tuple(NETWORK_INITS)}, found {self.init!r}")
         if not self.logp_epsilon >= 0:
             raise ConfigError(f"sac.logp_epsilon: expected a value >= 0, found {self.logp_epsilon}")
         if self.alpha_max is not None and not self.alpha_max > 0:
             raise ConfigError(f"sac.alpha_max: expected a value > 0 or None, found {self.alpha_max}")
 
     def hypers(self) -> dict[str, jax.Array]:
-        """The values `SACN` reads as traced data (`SAC_HYPERS`)."""
-        return {name: jnp.asarray(getattr(self, name), jnp.float32) for name in SAC_HYPERS}
+        """The values `SACN` reads as traced data (the fields marked `traced` or `static_when_zero`)."""
+        return traced_values(self)
 
 
-# The fields of `SACNConfig` that are data in the training state: a population may vary them in one program.
-SAC_HYPERS = ("actor_lr", "critic_lr", "alpha_lr", "gamma", "tau", "eta", "actor_bc_coef", "init_alpha")
+def real_rows(config) -> int:
+    """The leading real rows of every mixed batch of a run's config (the BC anchor imitates these)."""
+    return real_count(config.sac.batch_size, config.imagination.real_ratio)
+
+
+def sac_rules(config) -> dict:
+    """The rules of the `sac` section across sections, for the algorithms that train SAC-N on imagined data."""
+    if config.sac.actor_bc_coef > 0 and real_rows(config) == 0:
+        raise ConfigError(
+            f"sac.actor_bc_coef: the BC term imitates the real rows of each batch, but imagination.real_ratio "
+            f"{config.imagination.real_ratio} of batch {config.sac.batch_size} gives none")
+    return {}
 
 
 @struct.dataclass
@@ -144,8 +172,9 @@ class SACN:
         self.act_dim = act_dim
         self.use_edac = config.eta > 0
         self.use_bc = config.actor_bc_coef > 0
-        self.actor = scaled(TanhGaussianActor(tuple(config.hidden_sizes), act_dim, config.init), obs_scale)
-        self.critic = scaled(CriticEnsemble(config.hidden_sizes, config.num_critics, config.critic_layer_norm, config.init),
+        init = NETWORK_INITS[config.init]
+        self.actor = scaled(TanhGaussianActor(tuple(config.hidden_sizes), act_dim, init), obs_scale)
+        self.critic = scaled(CriticEnsemble(config.hidden_sizes, config.num_critics, config.critic_layer_norm, init),
                              obs_scale)
         # Adam's direction only: the learning rate is traced data (`hypers`), applied in `_step`.
         self.tx = optax.scale_by_adam()
@@ -346,3 +375,30 @@ class SACNAgent:
     def model_reward(self, hypers, reward: jax.Array, uncertainty: jax.Array) -> jax.Array:
         del hypers, uncertainty
         return reward
+
+    # Capabilities (`mbrl.agents.base.CriticJudge`, `OnlineFinetuner`)
+
+    def critic_values(self, agent_state: SACNState, obs, action):
+        return self.core.critic.apply(agent_state.critic_params, obs, action)
+
+    def critic_gamma(self) -> float:
+        return self.core.config.gamma
+
+    def heldout_td_error(self, agent_state: SACNState, batch: Transitions, key, hypers):
+        _, metrics = self.core.critic_loss(agent_state.critic_params, agent_state, batch, key, hypers["sac"])
+        return metrics["critic_loss"] / self.core.config.num_critics  # the TD part, without EDAC's diversity term
+
+    def offline_anchor(self) -> float:
+        return float(self.core.config.actor_bc_coef)
+
+    def online_learner(self, settings, obs_scale):
+        """Online SAC-N on these networks, without the EDAC term (WSRL's online phase is plain SAC); a BC anchor of
+        weight `settings.anchor` towards the frozen warm-start policy."""
+        from mbrl.agents.sac import OnlineSAC, SACConfig  # local: mbrl.agents.sac imports this module
+
+        offline = self.core.config
+        sacn = dataclasses.replace(offline, actor_bc_coef=settings.anchor, eta=0.0)
+        config = SACConfig(sacn=sacn, buffer_capacity=settings.capacity, warmup_steps=settings.warmup,
+                           chunk_steps=settings.chunk_steps, utd=settings.utd,
+                           offline_rows=real_count(offline.batch_size, settings.retain_offline_ratio))
+        return OnlineSAC(config, self.obs_dim, self.act_dim, obs_scale)

@@ -19,7 +19,9 @@ from collections.abc import Callable
 from pathlib import Path
 
 import gymnasium as gym
+import minari
 import numpy as np
+from minari.data_collector.episode_buffer import EpisodeBuffer
 
 from mbrl.envs import behaviour, lockstep
 from mbrl.envs.lockstep import Episode
@@ -249,8 +251,6 @@ def write_minari_folder(
     `spaces` gives (observation space, action space), and the reference scores go into the metadata directly:
     Minari itself keeps them only for an env it can make. `before_rename(tmp_root)` runs just before the rename.
     """
-    import minari  # noqa: PLC0415 (slow import)
-
     tmp_parent = final.parent if tmp_parent is None else tmp_parent
     tmp_parent.mkdir(parents=True, exist_ok=True)
     tmp_root = Path(tempfile.mkdtemp(prefix=".tmp-make-", dir=tmp_parent))
@@ -261,7 +261,6 @@ def write_minari_folder(
         extra_metadata.update(ref_min_score=float(ref_min), ref_max_score=float(ref_max))
     try:
         os.environ["MINARI_DATASETS_PATH"] = str(tmp_root)
-        from minari.data_collector.episode_buffer import EpisodeBuffer  # noqa: PLC0415
 
         buffers = [
             EpisodeBuffer(

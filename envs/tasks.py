@@ -23,12 +23,15 @@ import re
 from collections.abc import Callable
 from typing import Any
 
+import gymnasium
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from mbrl.core import declaration
 from mbrl.core.errors import ConfigError
 from mbrl.core.types import TASK_SPECS, TaskSpec, declared_spec, find_spec, register_spec
+from mbrl.envs import neorl2
 
 TerminationFn = Callable[[Any, Any, Any], jax.Array]
 
@@ -124,8 +127,6 @@ class Task(TaskSpec):
 
     def make_env(self, **kwargs):
         """`gymnasium.make` of this task's id; kwargs (render_mode, max_episode_steps, ...) pass through."""
-        import gymnasium
-
         if self.env_id is None:
             raise ConfigError(f"task {self.name!r} has no simulator (no env id); it cannot be evaluated or stepped here")
         return gymnasium.make(self.env_id, **kwargs)
@@ -160,10 +161,6 @@ def register(task: Task, replace: bool = False) -> Task:
 
 
 def _register_neorl2() -> None:
-    import gymnasium
-
-    from mbrl.envs import neorl2
-
     for entry in neorl2.ENTRIES:
         module = importlib.import_module(f"mbrl.envs.neorl2.{entry.module}")
         # The module knows the names and the control rate; the rest of the spec is core data.
@@ -206,8 +203,6 @@ def find_task(name: str | None) -> Task | None:
 def declared_task(decl: declaration.Declaration) -> Task:
     """A declared robot's registry entry: its spec, and its reward and termination functions, imported and checked
     on a batch of zeros (jax.numpy on obs, action, next_obs)."""
-    import numpy as np
-
     fns = {}
     for key in ("reward", "termination"):
         ref = getattr(decl, key)

@@ -14,6 +14,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 import numpy as np
+import orbax.checkpoint as ocp
 
 from mbrl.core.errors import UserError
 
@@ -22,8 +23,6 @@ class Checkpointer:
     """Save and restore `(state, record)` pairs under `directory/<epoch>/`."""
 
     def __init__(self, directory: str | Path, max_to_keep: int | None = 2):
-        import orbax.checkpoint as ocp
-
         self.directory = Path(directory).absolute()
         options = ocp.CheckpointManagerOptions(
             max_to_keep=max_to_keep, create=True, enable_async_checkpointing=False
@@ -31,8 +30,6 @@ class Checkpointer:
         self._manager = ocp.CheckpointManager(self.directory, options=options)
 
     def save(self, epoch: int, state: Any, record: dict) -> None:
-        import orbax.checkpoint as ocp
-
         if epoch in self._manager.all_steps():  # a re-save at the same epoch (e.g. a signal right after one)
             return
         args = ocp.args.Composite(state=ocp.args.StandardSave(state), record=ocp.args.JsonSave(record))
@@ -47,8 +44,6 @@ class Checkpointer:
 
     def restore(self, like: Any, epoch: int | None = None) -> tuple[Any, dict]:
         """The state (shaped like the pytree `like`, arrays or ShapeDtypeStructs) and record at `epoch` (default: latest)."""
-        import orbax.checkpoint as ocp
-
         epoch = self.latest_epoch() if epoch is None else epoch
         if epoch is None:
             raise UserError(f"{self.directory}: no checkpoint to resume from")

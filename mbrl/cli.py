@@ -10,10 +10,17 @@ and keeps its traceback (exit 1).
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import inspect
+import io
 import sys
 import typing
+
+import tyro
+
+from mbrl import __version__
+from mbrl.core.errors import UserError
 
 # (group, name) or (name,) -> "module:function". The group "" is a top-level command.
 COMMANDS: dict[tuple[str, ...], tuple[str, str]] = {
@@ -50,9 +57,6 @@ def _fail(message: str) -> int:
 def _parse(tyro, args_type, rest: list[str], prog: str, help_: str):
     """tyro's parse of `rest`; a parse error (a wrong type, a missing value, an unknown option) is printed as one
     line and gives None. Help and everything else pass through as tyro prints them."""
-    import contextlib
-    import io
-
     captured = io.StringIO()
     try:
         with contextlib.redirect_stderr(captured):
@@ -104,17 +108,11 @@ def _load(target: str):
 
 
 def main(argv: list[str] | None = None) -> int:
-    import tyro
-
-    from mbrl.core.errors import UserError
-
     argv = list(sys.argv[1:] if argv is None else argv)
     if not argv or argv[0] in ("-h", "--help"):
         print(_usage())
         return 0
     if argv[0] == "--version":
-        from mbrl import __version__
-
         print(__version__)
         return 0
     resolved = _resolve(argv)

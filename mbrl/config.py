@@ -1,6 +1,6 @@
 """The configuration of a training run: frozen dataclasses, one per component, composed in `TrainConfig`.
 
-A run's config is built in layers: the preset of the algorithm (`mbrl.agents.presets`, data), then a config
+A run's config is built in layers: the preset of the algorithm (data its module declares), then a config
 file (`--config FILE`, the `config.json` of an earlier run), then the options given on the command line.
 The options of `mbrl train` are generated from these dataclasses (`TrainArgs`): every field of every
 component becomes an option such as `--sac.num-critics 5` or `--schedule.epochs 10`, whose absence
@@ -8,7 +8,7 @@ means "keep the preset's value". `mbrl model fit` gets its `--ensemble.*` and `-
 same mechanism (`options_class`). `mbrl finetune`, `mbrl sweep` and `mbrl deploy`, which have no preset, take
 theirs from their own config classes with the classes' defaults (`option_fields`).
 
-Each algorithm reads only some sections (`mbrl.agents.registry`), and `config.json` holds only those: an
+Each algorithm reads only some sections (its `mbrl.agents.base.AlgorithmEntry`), and `config.json` holds only those: an
 option of a section it does not read (given on the command line, to `build`, or with a non-default value
 in a config file) is refused rather than ignored. Validation of one section's values lives in that
 section's `__post_init__`; `TrainConfig.__post_init__` holds only the checks that span sections.
@@ -28,11 +28,9 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Annotated, Any
 
-from mbrl.agents import presets, registry
-from mbrl.agents.sac_n import SACNConfig
+from mbrl.agents import registry
 from mbrl.core.errors import ConfigError
 from mbrl.core.files import write_text_atomic
-from mbrl.core.replay import real_count
 from mbrl.world_models.ensemble import EnsembleConfig
 from mbrl.world_models.fit import FitConfig
 from mbrl.world_models.recurrent import RecurrentConfig
@@ -148,7 +146,7 @@ TOP_LEVEL = ("algo", "dataset", "task", "preset", "seed", "seeds", "normalize_ob
 class _TrainConfigRules:
     """Everything that defines a run. `config.json` in a run directory is this, as JSON.
 
-    algo: ravl | mopo | bc | neubay | mopo-ppo.
+    algo: {algorithms}.
     dataset: a dataset SOURCE (`mbrl data list`): a made dataset name such as hopper-medium, a
         .hdf5/.npz path, minari:ID or neorl2:TASK.
     task: the task the dataset comes from (`mbrl data list`), where the dataset does not name it; its reward
@@ -167,29 +165,17 @@ class _TrainConfigRules:
 
     def __post_init__(self):
         entry = registry.entry(self.algo)
-        if self.preset not in presets.PRESETS:
-            raise ConfigError(f"preset: unknown preset {self.preset!r}; expected one of {', '.join(presets.PRESETS)}")
+        if self.preset not in registry.PRESETS:
+            raise ConfigError(f"preset: unknown preset {self.preset!r}; expected one of {', '.join(registry.PRESETS)}")
         _positive("seeds", self.seeds)
         if self.seed < 0:
             raise ConfigError(f"seed: expected an int >= 0, found {self.seed}")
         changed = [name for name in unread_fields(self.algo) if _field_value(self, name) != _field_value(_DEFAULTS, name)]
         if changed:
             raise ConfigError(refusal(self.algo, changed))
-        if "ppo" in entry.sections and self.schedule.updates_per_epoch != self.ppo.updates_per_iteration:
-            # An epoch is one PPO iteration: its updates follow from the ppo section unless given otherwise.
-            if self.schedule.updates_per_epoch != ScheduleConfig.updates_per_epoch:
-                raise ConfigError(
-                    f"schedule.updates_per_epoch: an epoch of {self.algo} is one PPO iteration of ppo.learning_epochs "
-                    f"{self.ppo.learning_epochs} x ppo.minibatches {self.ppo.minibatches} = "
-                    f"{self.ppo.updates_per_iteration} updates; found {self.schedule.updates_per_epoch}")
-            object.__setattr__(self, "schedule",
-                               dataclasses.replace(self.schedule, updates_per_epoch=self.ppo.updates_per_iteration))
-        if ("sac" in entry.sections and entry.uses_model and self.sac.actor_bc_coef > 0
-                and real_count(self.sac.batch_size, self.imagination.real_ratio) == 0):
-            raise ConfigError(
-                f"sac.actor_bc_coef: the BC term imitates the real rows of each batch, but imagination.real_ratio "
-                f"{self.imagination.real_ratio} of batch {self.sac.batch_size} gives none"
-            )
+        # The algorithm's own rules across sections, and the values that follow from others.
+        for section, value in entry.finalize(self).items():
+            object.__setattr__(self, section, value)
 
     @property
     def uses_model(self) -> bool:
@@ -219,7 +205,8 @@ TrainConfig = dataclasses.make_dataclass(
     ],
     bases=(_TrainConfigRules,), frozen=True,
 )
-TrainConfig.__module__, TrainConfig.__doc__ = __name__, _TrainConfigRules.__doc__
+TrainConfig.__module__ = __name__
+TrainConfig.__doc__ = _TrainConfigRules.__doc__.replace("{algorithms}", " | ".join(registry.ALGORITHMS))
 
 
 # The field defaults of TrainConfig's sections (what an algorithm's unread sections must hold).
@@ -238,7 +225,7 @@ def _is_read(algo: str, section: str, name: str | None = None) -> bool:
     entry = registry.entry(algo)
     if section in TOP_LEVEL or section not in _section_names():
         return True  # unknown names are refused by `override` with their own message
-    if section not in (*entry.sections, *registry.COMMON_SECTIONS):
+    if section not in (*entry.reads, *registry.COMMON_SECTIONS):
         return False
     return section != "imagination" or name is None or name in entry.imagination_fields
 
@@ -273,7 +260,7 @@ def reads(algo: str) -> list[str]:
     """What `algo` reads: whole sections (`sac`) and single fields (`imagination.per_seed_model`)."""
     entry = registry.entry(algo)
     out = []
-    for section in (*entry.sections, *registry.COMMON_SECTIONS):
+    for section in (*entry.reads, *registry.COMMON_SECTIONS):
         if section == "imagination" and set(entry.imagination_fields) != set(registry.ALL_IMAGINATION):
             out += [f"imagination.{name}" for name in entry.imagination_fields]
         else:
@@ -420,7 +407,8 @@ def build(algo: str = registry.DEFAULT, dataset: str = "hopper-medium", preset: 
     names = unread(algo, overrides or {})
     if names:
         raise ConfigError(refusal(algo, names))
-    layers = merge_overrides(presets.preset(algo, preset, dataset_key(dataset)), {"algo": algo, "dataset": dataset, "preset": preset})
+    layers = merge_overrides(registry.entry(algo).preset(preset, dataset_key(dataset)),
+                             {"algo": algo, "dataset": dataset, "preset": preset})
     # From the plain defaults, so that nothing `base` derived from its own sections (mopo-ppo's updates per epoch)
     # stands in for a value given here.
     return override(TrainConfig(), merge_overrides(layers, overrides or {}))
@@ -477,33 +465,8 @@ def load(path: Path) -> TrainConfig:
 # Command lines: mirrors of config dataclasses whose every field is optional (None: keep the layer below)
 
 
-# Help for the fields of classes whose docstrings do not describe them one by one.
-_SAC_HELP = {
-    "num_critics": "N critics; the TD target takes the min over N target critics",
-    "hidden_sizes": "hidden layer widths of the actor and each critic",
-    "actor_lr": "Adam learning rate of the actor",
-    "critic_lr": "Adam learning rate of the critics",
-    "alpha_lr": "Adam learning rate of the entropy temperature",
-    "gamma": "discount factor",
-    "tau": "Polyak rate of the target critics",
-    "batch_size": "rows per update (real + model)",
-    "eta": "EDAC gradient-diversity weight (0: plain SAC-N)",
-    "target_entropy": "entropy target of automatic tuning (default -act_dim)",
-    "init_alpha": "initial entropy temperature",
-    "critic_layer_norm": "LayerNorm in each critic's hidden layers",
-    "actor_bc_coef": "weight of a BC term on the real rows in the actor loss, times the batch's mean |Q| "
-    "(TD3+BC's ratio: its alpha 2.5 is 0.4 here; 0: off)",
-    "update_order": "critic_actor_alpha, or alpha_actor_critic as edge-of-reach's agent.py",
-    "init": "flax (Flax defaults), edac (CORL/edge-of-reach: bias 0.1, small last layers) or torch (nn.Linear's)",
-    "logp_epsilon": "0: exact tanh log-probability; > 0: log(1 - tanh^2 + eps) as the references (1e-6)",
-    "alpha_max": "clamp the temperature to at most this (OfflineRL-Kit: 1.0); empty: no clamp",
-}
-
-
 def _field_help(cls, name: str) -> str | None:
-    """The `name: text` entry of the class docstring (our convention), else a known description."""
-    if cls is SACNConfig:
-        return _SAC_HELP.get(name)
+    """The `name: text` entry of the class docstring (our convention), or of a base class's."""
     for klass in cls.__mro__:  # a field a base class holds is documented there
         found = _doc_entry(klass.__doc__ if klass is cls or dataclasses.is_dataclass(klass) else None, name)
         if found is not None:

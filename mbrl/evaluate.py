@@ -13,6 +13,7 @@ import dataclasses
 from collections.abc import Sequence
 from typing import Any
 
+import gymnasium
 import numpy as np
 
 from mbrl.envs import lockstep
@@ -81,8 +82,6 @@ def evaluate(
         raise ConfigError(f"evaluate: expected one reset seed per episode ({episodes}), found {len(reset_seeds)}")
     env_id, task = _resolve(task_or_env_id)
     reference = reference_scores(ref_min_score, ref_max_score, task)
-
-    import gymnasium
 
     envs = []
     try:

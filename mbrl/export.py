@@ -41,12 +41,18 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import jax
+import jax.numpy as jnp
 import numpy as np
 
+from mbrl import __version__
+from mbrl.core.types import PolicyInput
 from mbrl.envs.robots.export_format import (
     CARRY_DTYPES, FORMAT, FORMAT_VERSION, JAX_FILE, JSON_FILE, ONNX_FILE, RECURRENT_INPUTS, RESET_RULE, ExportError,
     state_inputs,
 )
+from mbrl.envs.robots.runner import PolicyRunner
+from mbrl.export_onnx import OPSET, to_onnx
 
 JAX_PLATFORMS = ("cpu", "cuda")
 OBS_CLIP_STD = 10.0
@@ -152,8 +158,6 @@ class PolicySpec:
 
 def _host_carry(carry):
     """The carry as numpy arrays; ExportError for a leaf of a dtype policy.json cannot describe."""
-    import jax
-
     out = jax.tree.map(np.asarray, carry)
     for path, leaf in jax.tree_util.tree_flatten_with_path(out)[0]:
         if _encoded(leaf).dtype.name not in CARRY_DTYPES:
@@ -174,8 +178,6 @@ def _encoded(leaf) -> np.ndarray:
 
 def carry_leaves(spec: PolicySpec) -> list[dict]:
     """Per carry leaf: its pytree path, source dtype and encoded initial value (what policy.json describes)."""
-    import jax
-
     if not spec.recurrent:
         return []
     leaves = jax.tree_util.tree_flatten_with_path(spec.initial_carry)[0]
@@ -186,11 +188,6 @@ def carry_leaves(spec: PolicySpec) -> list[dict]:
 def policy_function(spec: PolicySpec) -> Callable:
     """The per-sample deterministic policy: raw obs -> action in the robot's units; recurrent:
     (obs, prev_action, prev_reward, first, *carry) -> (action, policy_action, *next_carry), carry encoded."""
-    import jax
-    import jax.numpy as jnp
-
-    from mbrl.core.types import PolicyInput
-
     low, high = spec.action_low, spec.action_high
 
     def normalize(obs):
@@ -226,8 +223,6 @@ def policy_function(spec: PolicySpec) -> Callable:
 
 def params_sha256(params) -> str:
     """sha256 of the parameter bytes: every leaf as little-endian C-order bytes, in pytree order."""
-    import jax
-
     digest = hashlib.sha256()
     for leaf in jax.tree.leaves(params):
         array = np.ascontiguousarray(np.asarray(leaf))
@@ -254,10 +249,6 @@ def _io_names(spec: PolicySpec) -> tuple[list[str], list[str]]:
 def _check_outputs(spec: PolicySpec) -> None:
     """apply_fn on one observation gives (act_dim,) (and a carry like the initial one): a clear error
     before any tracing deeper down."""
-    import jax
-
-    from mbrl.core.types import PolicyInput
-
     def call():
         obs = np.zeros(spec.obs_dim, np.float32)
         if not spec.recurrent:
@@ -286,8 +277,6 @@ def _check_outputs(spec: PolicySpec) -> None:
 
 def export_jax(spec: PolicySpec) -> tuple[bytes, list[str]]:
     """`jax.export` bytes of the batched policy, and the platforms it was lowered for."""
-    import jax
-
     fn = policy_function(spec)
     (batch,) = jax.export.symbolic_shape("batch")
     args = [jax.ShapeDtypeStruct((batch, *x.shape), x.dtype) for x in _example_inputs(spec)]
@@ -318,9 +307,6 @@ def describe_state(spec: PolicySpec) -> dict | None:
 
 def describe(spec: PolicySpec, files: dict[str, bytes], platforms: list[str]) -> dict:
     """The content of policy.json."""
-    from mbrl import __version__
-    from mbrl.export_onnx import OPSET
-
     inputs, outputs = _io_names(spec)
     normalizer = None
     if spec.obs_mean is not None:
@@ -364,8 +350,6 @@ def describe(spec: PolicySpec, files: dict[str, bytes], platforms: list[str]) ->
 
 def export_policy(spec: PolicySpec, out_dir: str | Path) -> Path:
     """Write policy.onnx, policy.jax and policy.json into `out_dir` (replaced as a whole, atomically)."""
-    from mbrl.export_onnx import to_onnx
-
     out_dir = Path(out_dir).absolute()
     _check_outputs(spec)
     fn = policy_function(spec)
@@ -400,10 +384,6 @@ def export_policy(spec: PolicySpec, out_dir: str | Path) -> Path:
 def verify_export(spec: PolicySpec, export_dir: str | Path, count: int = 1000, seed: int = 0) -> float:
     """Max |action difference| between onnxruntime on policy.onnx and the JAX policy, over `count` observations
     drawn around the normalizer's range and far outside it. Raises if it exceeds 1e-5 (a translation bug)."""
-    import jax
-
-    from mbrl.envs.robots.runner import PolicyRunner
-
     rng = np.random.default_rng(seed)
     if spec.obs_low is not None:
         mean, std = (spec.obs_low + spec.obs_high) / 2, (spec.obs_high - spec.obs_low) / (2 * OBS_CLIP_STD)

@@ -23,8 +23,9 @@ from typing import Any
 
 import jax
 import numpy as np
+from jax.extend.core import ClosedJaxpr, Literal
 
-from mbrl.core.errors import UserError
+from mbrl.core.errors import MissingDependencyError, UserError
 
 OPSET = 18  # reduce ops take axes as an input from opset 18 on
 IR_VERSION = 9  # opset 18 needs IR >= 8; onnxruntime >= 1.16 reads IR 9
@@ -61,8 +62,6 @@ def _onnx():
     try:
         import onnx
     except ImportError:
-        from mbrl.core.errors import MissingDependencyError
-
         raise MissingDependencyError(
             "exporting to ONNX needs the 'onnx' extra: pip install 'offline-mbrl[onnx]'"
         ) from None
@@ -399,8 +398,6 @@ def _subjaxpr(eqn):
 
 
 def _run(graph: _Graph, jaxpr, consts, args: list[_Value]) -> list[_Value]:
-    from jax.extend.core import ClosedJaxpr, Literal
-
     env: dict[Any, _Value] = {}
 
     def read(var) -> _Value:

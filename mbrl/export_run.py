@@ -8,19 +8,22 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import jax
+import jax.numpy as jnp
 import numpy as np
 
+from mbrl import datasets
+from mbrl.core.types import PolicyInput
+from mbrl.envs.robots.mujoco import env_facts
+from mbrl.envs.tasks import get_task
 from mbrl.export import ExportError, PolicySpec, observation_envelope
+from mbrl.selection import selected_epoch
+from mbrl.train import load_run
 
 
 def policy_of(agent) -> dict:
     """`apply_fn` (and `initial_carry`) of a PolicySpec for an `mbrl.agents.base.Algorithm`'s deterministic policy:
     its `act` on a batch of one, the carry handed through for a recurrent agent."""
-    import jax
-    import jax.numpy as jnp
-
-    from mbrl.core.types import PolicyInput
-
     key = jax.random.PRNGKey(0)  # unused by a deterministic policy
     one = lambda tree: jax.tree.map(lambda x: jnp.asarray(x)[None], tree)  # noqa: E731
     if not agent.recurrent:
@@ -44,12 +47,9 @@ def load_policy_from_run(run_dir: str | Path, seed_index: int = 0) -> PolicySpec
     Reads the run through `mbrl.train.load_run` (config, run.json, the latest checkpoint, the agent), as
     `mbrl eval` does; the rest is `run_policy_spec`.
     """
-    from mbrl.train import load_run
-
     run_dir = Path(run_dir).absolute()
     if not run_dir.is_dir():
         raise ExportError(f"{run_dir}: no such run directory; expected a directory written by `mbrl train`")
-    from mbrl.selection import selected_epoch
 
     run = load_run(run_dir, epoch=selected_epoch(run_dir, seed_index))  # the latest, unless a choice was made
     record = run.record
@@ -65,8 +65,6 @@ def run_policy_spec(run, params, run_id: str, metadata: dict) -> PolicySpec:
     the dataset's action units (tanh output in [-1, 1]), so the export clips to the dataset's (else the
     task's) action bounds without rescaling. A recurrent agent (NEUBAY) exports with its carry.
     """
-    from mbrl import datasets
-
     config, facts = run.config, run.facts
     agent = run.trainer.agent
     obs_dim, act_dim = agent.obs_dim, agent.act_dim
@@ -76,9 +74,6 @@ def run_policy_spec(run, params, run_id: str, metadata: dict) -> PolicySpec:
     low, high, names, rate = -np.ones(act_dim), np.ones(act_dim), {}, None
     env_id = None
     if task_name:
-        from mbrl.envs.robots.mujoco import env_facts
-        from mbrl.envs.tasks import get_task
-
         task = get_task(task_name)
         env_id = task.env_id
         low, high = task.action_bounds()

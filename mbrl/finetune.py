@@ -2,9 +2,10 @@
 Fine-Tuning Need Not Retain Offline Data"):
 
 1. warm-up: `warmup` steps of the frozen offline policy (sampled) fill a fresh online buffer; no update;
-2. online SAC-N on the same core (`mbrl.agents.sac.OnlineSAC`) at `utd` updates per new step, keeping none of the
-   offline data (`retain_offline_ratio` mixes a share of it back into every batch, for comparison). A run
-   trained with a BC anchor keeps it, towards the frozen warm-start policy (`_online_config`).
+2. online learning on the same networks (the algorithm's `online_learner`, `mbrl.agents.base.OnlineFinetuner`: SAC-N
+   for the SAC-N family) at `utd` updates per new step, keeping none of the offline data (`retain_offline_ratio`
+   mixes a share of it back into every batch, for comparison). A run trained with a BC anchor keeps it, towards
+   the frozen warm-start policy (`online_learner`).
 
 Every command goes through the deploy safety layer and control loop (`mbrl.envs.robots.loop.ControlLoop`): clip, rate
 limit, watchdog, safe stop; episodes start with the robot adapter's reset. A transition is stored when a tick
@@ -35,6 +36,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from mbrl.envs.robots.safety import SafetyConfig
+from mbrl.agents.base import OnlineSettings, capability
 from mbrl.core.errors import ConfigError
 from mbrl.core.files import write_text_atomic
 
@@ -142,15 +144,15 @@ class OnlinePolicy:
     """The acting policy: the actor sampled with key (`key`, call count), or uniform actions in [-1, 1] (SAC from
     scratch during its warm-up). Stateless given `calls`, so a resumed run acts as the uninterrupted one."""
 
-    def __init__(self, sac, params, key: jax.Array, seed: int, uniform: bool):
-        self.sac, self.params, self.key, self.seed, self.uniform = sac, params, key, seed, uniform
+    def __init__(self, learner, params, key: jax.Array, seed: int, uniform: bool):
+        self.learner, self.params, self.key, self.seed, self.uniform = learner, params, key, seed, uniform
         self.calls = 0
 
     def __call__(self, obs) -> np.ndarray:
         call, self.calls = self.calls, self.calls + 1
         if self.uniform:
-            return np.random.default_rng([self.seed, call]).uniform(-1.0, 1.0, self.sac.act_dim).astype(np.float32)
-        return np.asarray(self.sac.policy_step(self.params, jnp.asarray(obs, jnp.float32), self.key, call))
+            return np.random.default_rng([self.seed, call]).uniform(-1.0, 1.0, self.learner.act_dim).astype(np.float32)
+        return np.asarray(self.learner.policy_step(self.params, jnp.asarray(obs, jnp.float32), self.key, call))
 
 
 def _reset_seed(seed: int, episode: int) -> int:
@@ -158,36 +160,34 @@ def _reset_seed(seed: int, episode: int) -> int:
     return 1_000_000 * (seed + 1) + episode
 
 
-def anchor_weight(config: FinetuneConfig, offline_sac) -> float:
-    """The BC weight the online phase starts with: `--anchor`, else the offline run's own (`sac.actor_bc_coef`)."""
+def anchor_weight(config: FinetuneConfig, offline_anchor: float) -> float:
+    """The BC weight the online phase starts with: `--anchor`, else the offline run's own (`offline_anchor`)."""
     if config.anchor is not None:
         return float(config.anchor)
-    return 0.0 if config.scratch else float(offline_sac.actor_bc_coef)  # from scratch there is nothing to keep
+    return 0.0 if config.scratch else float(offline_anchor)  # from scratch there is nothing to keep
 
 
-def _online_config(config: FinetuneConfig, offline_sac):
-    """Online SAC-N on the offline run's networks, without the EDAC term (WSRL's online phase is plain SAC). An
-    offline run whose actor was anchored to its data (`sac.actor_bc_coef`, the quick presets) keeps an anchor of
-    that weight (`anchor_weight`): to the frozen warm-start policy's deterministic actions (`--anchor-final`
-    moves it linearly to another weight by the run's end). Such an actor is not a maximiser of its critics: let
-    go, it leaves the policy's good region within a few thousand updates (docs/finetune.md)."""
-    from mbrl.agents.sac import SACConfig
-    from mbrl.core.replay import real_count
-
-    sacn = dataclasses.replace(offline_sac, actor_bc_coef=anchor_weight(config, offline_sac), eta=0.0)
-    capacity = config.warmup + config.steps  # the whole run fits: nothing online is ever overwritten
-    return SACConfig(sacn=sacn, buffer_capacity=capacity, warmup_steps=config.warmup, chunk_steps=config.update_every,
-                     utd=config.utd, offline_rows=real_count(offline_sac.batch_size, config.retain_offline_ratio))
+def online_learner(config: FinetuneConfig, source):
+    """The online learner on the offline run's networks (`OnlineFinetuner.online_learner`). An offline run whose
+    actor was anchored to its data (the quick presets) keeps an anchor of that weight (`anchor_weight`): to the
+    frozen warm-start policy's deterministic actions (`--anchor-final` moves it linearly to another weight by the
+    run's end). Such an actor is not a maximiser of its critics: let go, it leaves the policy's good region within
+    a few thousand updates (docs/finetune.md)."""
+    agent = source.trainer.agent
+    where, algo = str(source.run_dir), source.config.algo
+    offline_anchor = capability(agent, "offline_anchor", "fine-tuning", where, algo)()
+    settings = OnlineSettings(anchor=anchor_weight(config, offline_anchor),
+                              capacity=config.warmup + config.steps,  # the whole run fits: nothing online is overwritten
+                              warmup=config.warmup, chunk_steps=config.update_every, utd=config.utd,
+                              retain_offline_ratio=config.retain_offline_ratio)
+    return capability(agent, "online_learner", "fine-tuning", where, algo)(settings, source.trainer.obs_scale)
 
 
 def _source_run(config: FinetuneConfig):
-    from mbrl.agents.sac_n import SACNAgent
     from mbrl.train import load_run
 
     source = load_run(config.run)
-    if not isinstance(source.trainer.agent, SACNAgent):
-        raise ConfigError(f"{source.run_dir}: a {source.config.algo} run; fine-tuning takes a run of the SAC-N family "
-                          "(--algo ravl or mopo)")
+    capability(source.trainer.agent, "online_learner", "fine-tuning", str(source.run_dir), source.config.algo)
     if not 0 <= config.seed_index < len(source.seeds):
         raise ConfigError(f"--seed-index: the run trained {len(source.seeds)} seed(s) {source.seeds}, found {config.seed_index}")
     return source
@@ -248,25 +248,25 @@ def _configure(config: FinetuneConfig | None, run_dir: Path, resume: bool, robot
     return config
 
 
-def _online_state(config: FinetuneConfig, source, sac):
+def _online_state(config: FinetuneConfig, source, learner):
     """The online state: the offline agent (a fresh one with --scratch) with an empty buffer; its key; the anchor,
     the warm-start policy frozen (a copy: the state's own buffers are donated to the updates), None without BC."""
     key = jax.random.PRNGKey(config.seed)
-    state = sac.init(key)
+    state = learner.init(key)
     member = state.agent
     if not config.scratch:
         member = jax.tree.map(lambda x: jnp.asarray(x[config.seed_index]), source.state.agent)
         state = state.replace(agent=member)
-    anchor = jax.tree.map(jnp.copy, member.actor_params) if sac.core.use_bc else None
+    anchor = jax.tree.map(jnp.copy, member.actor_params) if learner.core.use_bc else None
     return key, state, anchor
 
 
-def _offline_buffer(source, sac):
+def _offline_buffer(source, learner):
     """The offline dataset as a fixed buffer, when a share of every batch comes from it (--retain-offline-ratio)."""
     from mbrl import datasets
     from mbrl.core import replay
 
-    if not sac.config.offline_rows:
+    if not learner.config.offline_rows:
         return None
     return replay.from_transitions(datasets.load(source.config.dataset, task=source.facts.get("task")).transitions)
 
@@ -277,17 +277,16 @@ class _Finetuning:
     the record (`write_record`), the checkpoint (`host_state`, `checkpoint`) and finishing (`finish`)."""
 
     def __init__(self, config: FinetuneConfig, run_dir: Path, resume: bool, started: float):
-        from mbrl.agents.sac import OnlineSAC
         from mbrl.envs.tasks import get_task
 
         self.config, self.run_dir, self.started = config, run_dir, started
         self.source = source = _source_run(config)
         obs_dim, act_dim = int(source.facts["obs_dim"]), int(source.facts["act_dim"])
-        self.sac = OnlineSAC(_online_config(config, source.config.sac), obs_dim, act_dim, source.trainer.obs_scale)
+        self.learner = online_learner(config, source)
         self.task = get_task(source.facts["task"]) if source.facts.get("task") else None
         self.ref_scores = source.facts.get("ref_scores")
-        self.key, self.state, self.anchor = _online_state(config, source, self.sac)
-        self.fixed = _offline_buffer(source, self.sac)
+        self.key, self.state, self.anchor = _online_state(config, source, self.learner)
+        self.fixed = _offline_buffer(source, self.learner)
         self._connect(resume, obs_dim, act_dim)
         self._continue(self.saved)
         self._control(resume)
@@ -330,16 +329,15 @@ class _Finetuning:
 
     def _control(self, resume: bool) -> None:
         """The acting policy, the evaluated one, the safety layer and control loop (`ticks.jsonl`), the metrics log."""
-        from mbrl.agents.sac import make_policy
         from mbrl.envs.robots.loop import ControlLoop
         from mbrl.envs.robots.safety import SafetyLayer
         from mbrl.logging import RunLogger
 
         config = self.config
-        self.policy = OnlinePolicy(self.sac, self.state.agent.actor_params, jax.random.fold_in(self.key, 1), config.seed,
+        self.policy = OnlinePolicy(self.learner, self.state.agent.actor_params, jax.random.fold_in(self.key, 1), config.seed,
                                    uniform=config.scratch and self.steps < config.warmup)
         self.policy.calls = self.saved["policy_calls"] if self.saved else 0
-        self.deterministic = make_policy(self.sac.core, deterministic=True)
+        self.deterministic = self.learner.deterministic_policy()
         self.safety = SafetyLayer(self.low, self.high, config.safety)
         self.loop = ControlLoop(self.robot, self.policy, self.safety, config.rate or None, self.run_dir / TICKS_FILE,
                                 append_log=resume)
@@ -454,7 +452,7 @@ class _Finetuning:
         config = self.config
         arrays = Transitions(*[np.stack([row[i] for row in self.rows]).astype(dtype) for i, dtype in
                                enumerate((np.float32, np.float32, np.float32, np.float32, bool, bool))])
-        self.state, metrics = self.sac.chunk(self.state, arrays, self.steps, self.fixed, self._hypers(), self.anchor)
+        self.state, metrics = self.learner.chunk(self.state, arrays, self.steps, self.fixed, self._hypers(), self.anchor)
         if metrics is not None:
             self.updates += config.update_every * config.utd
             self.records.add_chunk(metrics)
@@ -465,10 +463,10 @@ class _Finetuning:
     def _hypers(self) -> dict:
         """The core's traced values for this chunk: the BC anchor's weight moves linearly from --anchor at the
         warm-up's end to --anchor-final at the run's (constant without it)."""
-        config, sac = self.config, self.sac
-        hypers = dict(sac.core.hypers())
-        if sac.core.use_bc and config.anchor_final is not None:
-            start, left = sac.config.sacn.actor_bc_coef, (config.steps - self.steps) / max(config.steps - config.warmup, 1)
+        config, learner = self.config, self.learner
+        hypers = dict(learner.core.hypers())
+        if learner.core.use_bc and config.anchor_final is not None:
+            start, left = learner.config.sacn.actor_bc_coef, (config.steps - self.steps) / max(config.steps - config.warmup, 1)
             hypers["actor_bc_coef"] = jnp.asarray(config.anchor_final + (start - config.anchor_final) * left, jnp.float32)
         return hypers
 

@@ -1,4 +1,4 @@
-"""What an algorithm learns from, as parts that plug into the one training epoch (`mbrl.train`).
+"""What an algorithm learns from, as parts that plug into the one training epoch (`mbrl.trainer`).
 
 An algorithm's `imagination` kind (`mbrl.agents.base`) picks one part:
 
@@ -22,8 +22,8 @@ An algorithm's `imagination` kind (`mbrl.agents.base`) picks one part:
   Batches are windows of the tape (`mbrl.core.sequence_replay.sample`).
 
 Every part has the same pure surface: `real_data(dataset)`, `empty()`, `initial_counters()`,
-`collect(agent, agent_state, store, counters, real, world_model, aux, hypers, key) -> (store, counters,
-metrics, earned)` and `sample(real, store, key, count)`; `prepare(world_model, real)` computes, once per
+`collect(agent_state, store, counters, real, world_model, aux, hypers, key) -> (store, counters, metrics,
+earned)` (the part holds its agent from `make(agent, config)`) and `sample(real, store, key, count)`; `prepare(world_model, real)` computes, once per
 model on the host, what collects need besides the model (NEUBAY: the dataset's sorted uncertainties).
 `fixed_credit` is the static number of updates a collect earns when it does not depend on the data; a part
 whose `retains_store` is False hands its collect's data to that epoch's updates only (on-policy). A part
@@ -43,9 +43,12 @@ from flax import struct
 
 from mbrl.agents.base import SequenceSettings
 from mbrl.core import replay, sequence_replay
+from mbrl.core.errors import DatasetError
 from mbrl.core.replay import ReplayBuffer
 from mbrl.core.sequence_replay import Tape
 from mbrl.core.types import PolicyInput, Transitions
+from mbrl.world_models.model import WorldModel
+from mbrl.world_models.rollout import RolloutConfig, dataset_uncertainty, model_step, rollout, rollout_chunked, warm_up
 
 # Rollouts of many start states step in slices of this many trajectories, so that one slice's ensemble
 # activations stay in the CPU's cache.
@@ -108,7 +111,6 @@ class FlatImagination(RealOnly):
 
     def __init__(self, agent, config):
         super().__init__(agent, config)
-        from mbrl.world_models.rollout import RolloutConfig
 
         imagination = config.imagination
         self.horizon = imagination.horizon
@@ -123,8 +125,6 @@ class FlatImagination(RealOnly):
         return replay.empty(self.capacity, self.obs_dim, self.act_dim)
 
     def collect(self, agent_state, store: ReplayBuffer, counters, real: ReplayBuffer, world_model, aux, hypers, key):
-        from mbrl.world_models.rollout import rollout
-
         start_key, rollout_key = jax.random.split(key)
         starts = jax.random.randint(start_key, (self.starts,), 0, real.size)
         imagined = rollout(rollout_key, world_model, ExploringPolicy(self.agent), self.agent.actor_params(agent_state),
@@ -199,8 +199,6 @@ def start_steps(real: Tape, key, count: int):
 def posterior_members(world_model):
     """The model restricted to its elites (neubay keeps the `collect.ensemble_size` = 100 members of 128
     with the lowest holdout error and measures uncertainty among them only). Other models pass through."""
-    from mbrl.world_models.model import WorldModel
-
     if not isinstance(world_model, WorldModel):
         return world_model
     count = world_model.elites.shape[-1]
@@ -233,8 +231,6 @@ class SequenceImagination:
     fixed_credit = None
 
     def __init__(self, agent, config):
-        from mbrl.world_models.rollout import RolloutConfig
-
         self.agent = agent
         self.settings: SequenceSettings = agent.sequence_settings
         self.per_seed_model = config.imagination.per_seed_model
@@ -251,8 +247,6 @@ class SequenceImagination:
         """The sorted epistemic_std of the posterior members over the dataset's (obs, action) pairs (per
         model when the seeds have their own), computed once per model and dataset; the threshold is its
         `unc_quantile` quantile, taken inside the compiled collect."""
-        from mbrl.world_models.rollout import dataset_uncertainty
-
         cached = self._aux_cache
         if cached is not None and cached[0] is world_model and cached[1] is real:
             return cached[2]
@@ -285,8 +279,6 @@ class SequenceImagination:
 
     def collect(self, agent_state, tape: Tape, counters: SequenceCounters, real: Tape, world_model, sorted_u, hypers, key):
         """Imagine `parallel_size` trajectories from real prefixes and insert them into the tape."""
-        from mbrl.world_models.rollout import warm_up
-
         cfg = self.settings
         model = posterior_members(world_model)
         threshold = self.threshold(sorted_u, hypers)
@@ -373,8 +365,6 @@ def _imagine_onto_rows(key, model, policy, actor, rows: Tape, offset, start, mem
                        chunk, rollout_config):
     """Roll out from each lane's real observation at `offset` and write the imagined steps into `rows` after
     the prefix, chunk by chunk inside the compiled rollout (memory: two chunks, not the horizon)."""
-    from mbrl.world_models.rollout import rollout_chunked
-
     lanes = jnp.arange(offset.shape[0])
 
     def consume(written, part):
@@ -428,8 +418,6 @@ class OnPolicyImagination:
     retains_store = False
 
     def __init__(self, agent, config):
-        from mbrl.world_models.rollout import RolloutConfig
-
         self.agent = agent
         self.horizon = config.imagination.horizon
         self.envs = config.imagination.rollouts_per_epoch
@@ -449,8 +437,6 @@ class OnPolicyImagination:
     def prepare(self, world_model, real: RealSteps):
         """Once per model and dataset: the rows a history may end at, and the sorted uncertainty of the model on
         the dataset's steps (after reading each step's history), whose quantile is the cut."""
-        from mbrl.world_models.rollout import model_step
-
         cached = self._aux_cache
         if cached is not None and cached[0] is world_model and cached[1] is real:
             return cached[2]
@@ -458,8 +444,6 @@ class OnPolicyImagination:
         position, terminal = np.asarray(real.position), np.asarray(real.terminal)
         ends = np.flatnonzero((position >= max(history - 1, 0)) & ~terminal).astype(np.int32)
         if not len(ends):
-            from mbrl.core.errors import DatasetError
-
             raise DatasetError(f"no episode has the {history} steps of history the world model reads before it imagines")
         probe = ends[np.linspace(0, len(ends) - 1, min(len(ends), THRESHOLD_PROBES)).round().astype(int)]
         carry = self._warm_up(world_model, real, probe, history, last=history - 1)
@@ -487,8 +471,6 @@ class OnPolicyImagination:
         return ()
 
     def collect(self, agent_state, store, counters, real: RealSteps, world_model, aux, hypers, key):
-        from mbrl.world_models.rollout import rollout
-
         ends, sorted_u = aux
         pick_key, rollout_key = jax.random.split(key)
         history = world_model.history

@@ -12,7 +12,13 @@ import os
 from pathlib import Path
 from typing import Any
 
+import matplotlib
+import matplotlib.pyplot as plt
 import numpy as np
+from rich.console import Console
+from rich.progress import (
+    BarColumn, MofNCompleteColumn, Progress as RichProgress, TextColumn, TimeElapsedColumn, TimeRemainingColumn,
+)
 
 from mbrl.core.errors import MissingDependencyError
 from mbrl.core.files import write_text_atomic
@@ -133,10 +139,6 @@ class Progress:
     """A rich progress bar over epochs (or another `unit`) with the ETA and the last evaluation's score."""
 
     def __init__(self, total_epochs: int, start_epoch: int, description: str, enabled: bool = True, unit: str = "epochs"):
-        from rich.console import Console
-        from rich.progress import BarColumn, MofNCompleteColumn, Progress as RichProgress, TextColumn
-        from rich.progress import TimeElapsedColumn, TimeRemainingColumn
-
         self._bar = RichProgress(
             TextColumn(f"[bold]{description}[/]"),
             BarColumn(),
@@ -165,10 +167,7 @@ class Progress:
 def plot_learning_curve(records: list[dict], path: str | Path, title: str, x_key: str = "updates",
                         x_label: str = "gradient updates") -> Path | None:
     """Normalized score (or return) vs updates (or `x_key`), mean ± stderr over seeds, written atomically as PNG."""
-    import matplotlib
-
     matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
 
     points = [r for r in records if r.get("eval")]
     if not points:

@@ -18,8 +18,12 @@ from pathlib import Path
 
 import numpy as np
 
+from mbrl.agents import registry
 from mbrl.core.errors import ConfigError
 from mbrl.core.files import write_text_atomic
+from mbrl.ope.fqe import FQEConfig
+from mbrl.ope.holdout import fqe_values, split_holdout
+from mbrl.ope.model_return import model_returns
 
 SELECTED_FILE = "selected.json"
 METHODS = ("last", "fqe", "model")
@@ -28,8 +32,6 @@ METHODS = ("last", "fqe", "model")
 def check_selection(config) -> None:
     """Refuse, before anything is written, a choice the run cannot make: `model` needs an MLP world model (of the
     algorithm's kind) shared by the members."""
-    from mbrl.agents import registry
-
     if config.select.by == "model" and (registry.entry(config.algo).model_kind != "mlp"
                                         or config.imagination.per_seed_model):
         raise ConfigError(f"select.by model: a {config.algo} run here has no MLP world model shared by its seeds to "
@@ -55,9 +57,6 @@ def select_checkpoint(trainer, checkpointer, like, dataset, world_model, config,
 
 
 def _fqe_judge(trainer, dataset, config):
-    from mbrl.ope.fqe import FQEConfig
-    from mbrl.sweep.objective import fqe_values, split_holdout
-
     select = config.select
     train, heldout = split_holdout(dataset, select.holdout, seed=config.seed)
     if heldout is None or len(heldout) == 0:
@@ -69,8 +68,6 @@ def _fqe_judge(trainer, dataset, config):
 
 
 def _model_judge(trainer, dataset, world_model, config):
-    from mbrl.sweep.objective import model_returns
-
     horizon = int(dataset.episode_lengths().max())
 
     def judge(state):

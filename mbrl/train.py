@@ -1,7 +1,8 @@
 """A training run: `run(config, run_dir)` trains into a run directory (config.json, run.json, world_model*/,
 checkpoints/, metrics.jsonl, learning_curve.png) and `load_run(run_dir)` reads one back, as `mbrl eval`, `mbrl export`
-and `--resume` do. The compiled program is `mbrl.trainer`; a population of configurations without a run directory
-(sweeps) is `mbrl.population`.
+and `--resume` do. `prepare_run` sets a run up (everything decided before its first update, a `RunSpec`); `run`
+trains it. The compiled program is `mbrl.trainer`; a population of configurations without a run directory (sweeps)
+is `mbrl.population`.
 """
 
 from __future__ import annotations
@@ -16,13 +17,28 @@ from pathlib import Path
 import jax
 import numpy as np
 
+from mbrl import config as config_io
+from mbrl import datasets
 from mbrl.agents import registry
+from mbrl.agents.base import AlgorithmEntry
 from mbrl.agents.networks import ObsScale
+from mbrl.checkpoint import Checkpointer
 from mbrl.config import TrainConfig
 from mbrl.core.errors import ConfigError
 from mbrl.core.files import write_text_atomic
+from mbrl.core.score import evaluation_record, normalized_score, reference_scores, scores_of
+from mbrl.core.types import OfflineDataset
+from mbrl.envs.tasks import Task, find_task
+from mbrl.logging import (METRICS_FILE, Progress, RunLogger, mean_stderr, plot_learning_curve, read_metrics,
+                          truncate_metrics)
+from mbrl.ope.model_return import model_returns
+from mbrl.selection import check_selection, select_checkpoint, write_selection
 from mbrl.trainer import (EpochReport, StopSignal, Trainer, TrainState, hypers_of, observation_scale, shard_population,
                           stack_models, train_epochs, trainer_for)
+from mbrl.world_models.fit import fit_world_model
+from mbrl.world_models.model import ModelInfo
+from mbrl.world_models.recurrent import load_model
+from mbrl.world_models.recurrent_fit import fit_recurrent_model
 
 
 @dataclasses.dataclass
@@ -44,18 +60,20 @@ def offline_evaluation(trainer: Trainer, state: TrainState, *, world_model, data
     """The evaluation record of a run with no simulator: per member, the mean greedy return in the world model over
     its elites (from the dataset's start states, an episode's length) and its spread over elites, normalized where
     reference scores exist; `estimate` says it is one."""
-    from mbrl.core.score import evaluation_record
-    from mbrl.sweep.objective import model_returns
-
     horizon = int(dataset.episode_lengths().max())
     returns = model_returns(trainer, state, world_model, dataset, starts=OFFLINE_STARTS, horizon=horizon, seed=seed)
     return evaluation_record(returns, ref_scores, estimate="model")
 
 
 def dataset_reference_scores(dataset, task) -> tuple[float, float] | None:
-    from mbrl.core.score import reference_scores
-
     return reference_scores(dataset.info.ref_min_score, dataset.info.ref_max_score, task)
+
+
+def _dataset_score(dataset, ref_scores) -> float | None:
+    """The dataset's own mean normalized score (its episodes' returns), where reference scores exist."""
+    if ref_scores is None or not dataset.num_episodes:
+        return None
+    return float(normalized_score(dataset.episode_returns().mean(), *ref_scores))
 
 
 def _model_paths(config: TrainConfig, run_dir: Path, world_model_dir: Path | None) -> list[Path]:
@@ -68,40 +86,38 @@ def _model_paths(config: TrainConfig, run_dir: Path, world_model_dir: Path | Non
     return [run_dir / "world_model"]
 
 
-def fit_model(config: TrainConfig, dataset, task, seed_offset: int = 0, progress: bool = False):
+def fit_model(config: TrainConfig, dataset, task, seed_offset: int = 0, progress: bool = False, *,
+              entry: AlgorithmEntry | None = None):
     """A world model of the kind the algorithm fits (`mbrl.agents.registry.AlgorithmEntry.model_kind`): the MLP
     ensemble with `config`'s ensemble and fit sections, or RWM-U with its rwm and rwm_fit sections (fit seed +
-    `seed_offset`)."""
+    `seed_offset`). `entry`: `config.algo`'s registry entry where the caller holds it."""
+    entry = registry.entry(config.algo) if entry is None else entry
     task_fns = task.model_fns() if task is not None else {}
-    if registry.entry(config.algo).model_kind == "rwm":
-        from mbrl.world_models.recurrent_fit import fit_recurrent_model
-
+    if entry.model_kind == "rwm":
         fit_config = dataclasses.replace(config.rwm_fit, seed=config.rwm_fit.seed + seed_offset)
         return fit_recurrent_model(dataset, config=config.rwm, fit_config=fit_config, progress=progress, **task_fns).model
-    from mbrl.world_models.fit import fit_world_model
-
     fit_config = dataclasses.replace(config.fit, seed=config.fit.seed + seed_offset)
     return fit_world_model(dataset, config=config.ensemble, fit_config=fit_config, progress=progress, **task_fns).model
 
 
-def world_models_for(config: TrainConfig, dataset, task, paths: list[Path], progress: bool):
-    """Load each model that exists, fit (and save) the others; one pytree, seed-stacked when per seed."""
-    from mbrl.world_models.model import ModelInfo
-    from mbrl.world_models.recurrent import load_model
-
+def world_models_for(config: TrainConfig, dataset, task, paths: list[Path], progress: bool, *,
+                     entry: AlgorithmEntry | None = None):
+    """Load each model that exists, fit (and save) the others; one pytree, seed-stacked when per seed. `entry`:
+    `config.algo`'s registry entry where the caller holds it."""
+    entry = registry.entry(config.algo) if entry is None else entry
     task_fns = task.model_fns() if task is not None else {}
     models = []
     for index, path in enumerate(paths):
         if (path / "model.json").is_file():
             model = load_model(path, **task_fns)
-            if model.is_recurrent and registry.entry(config.algo).model_kind != "rwm":
+            if model.is_recurrent and entry.model_kind != "rwm":
                 raise ConfigError(f"world model {path}: a recurrent world model (RWM-U) reads a history before it "
                                   f"predicts, and {config.algo} imagines from single states; give it an MLP "
                                   "ensemble (`mbrl model fit`), or use --algo mopo-ppo")
             models.append(model)
             continue
         seed_offset = config.seed_list[index] if config.imagination.per_seed_model else 0
-        model = fit_model(config, dataset, task, seed_offset, progress)
+        model = fit_model(config, dataset, task, seed_offset, progress, entry=entry)
         model.save(path)
         models.append(model)
     for model in models:
@@ -139,6 +155,201 @@ def _relative(path: Path, run_dir: Path) -> str:
         return str(Path(path).absolute())
 
 
+@dataclasses.dataclass
+class RunSpec:
+    """A run as `prepare_run` sets it up: everything decided before its first update. Its checkpointer and logger
+    are open; `run` trains it and closes them."""
+
+    config: TrainConfig
+    run_dir: Path
+    entry: AlgorithmEntry  # config.algo's registry entry, resolved once
+    seeds: list[int]
+    progress: bool  # show a progress bar (and the world models' fits)
+    dataset: OfflineDataset
+    task: Task | None
+    ref_scores: tuple[float, float] | None
+    dataset_score: float | None  # the dataset's own mean normalized score (episode returns)
+    obs_scale: ObsScale | None
+    model_paths: list[Path]  # the world models' directories (used only where the algorithm has a model)
+    trainer: Trainer
+    real: object  # the dataset as the trainer samples it, sharded
+    world_model: object | None  # the model pytree (seed-stacked where per seed), sharded
+    checkpointer: Checkpointer
+    state: TrainState  # the state training starts from (the last checkpoint's when resumed), sharded
+    start_epoch: int
+    layout: str  # how the members' updates are laid out (`Trainer.choose_layout`)
+    evaluate: Callable[[TrainState], dict] | None
+    logger: RunLogger
+    title: str  # of the progress bar and the learning curve
+
+    def save_checkpoint(self, state: TrainState, epoch: int) -> None:
+        record = {
+            "epoch": epoch,
+            "updates": epoch * self.config.schedule.updates_per_epoch,
+            "seeds": self.seeds,
+            "world_models": [_relative(p, self.run_dir) for p in self.model_paths] if self.trainer.uses_model else [],
+        }
+        # Host copies: orbax keeps a sharded array's device layout and refuses to restore it onto another
+        # device count (`mbrl eval` on a smaller machine); the save copies to the host anyway.
+        self.checkpointer.save(epoch, jax.device_get(state), record)
+
+
+def prepare_run(
+    config: TrainConfig | None,
+    run_dir: str | Path,
+    *,
+    resume: bool = False,
+    world_model_dir: str | Path | None = None,
+    dataset=None,
+    progress: bool | None = None,
+) -> RunSpec:
+    """Set up the run `run` trains (the same arguments): writes config.json and run.json, loads or fits (and saves)
+    the world models, cuts metrics.jsonl back to the start epoch and opens the checkpointer and the logger."""
+    run_dir = Path(run_dir).absolute()
+    config, loaded, model_paths = _config_and_model_paths(config, run_dir, resume, world_model_dir)
+    facts = loaded.facts if loaded is not None else None
+    entry = registry.entry(config.algo)
+    check_selection(config)
+    progress = config.logging.progress if progress is None else progress
+
+    # The dataset and its task first: a bad file or declaration leaves no run directory behind.
+    dataset = dataset if dataset is not None else datasets.load(config.dataset, task=config.task)
+    task = find_task(dataset.info.task)
+    if not resume:
+        run_dir.mkdir(parents=True, exist_ok=True)
+        config_io.save(config, run_dir / "config.json")
+    ref_scores = dataset_reference_scores(dataset, task)
+    dataset_score = _dataset_score(dataset, ref_scores)
+    # A resumed run keeps the scale it started with (the dataset file may have changed since).
+    obs_scale = ObsScale.from_json(facts.get("obs_scale")) if facts else observation_scale(config, dataset)
+    _write_json(run_dir / RUN_FILE, _run_facts(run_dir, entry, model_paths, dataset, task, ref_scores, dataset_score,
+                                               obs_scale))
+
+    trainer = trainer_for(config, dataset.info.obs_dim, dataset.info.act_dim, obs_scale)
+    real = trainer.real_data(dataset)
+    world_model = (world_models_for(config, dataset, task, model_paths, progress, entry=entry)
+                   if trainer.uses_model else None)
+    # Choosing a checkpoint after training needs them all.
+    checkpointer = Checkpointer(run_dir / "checkpoints", max_to_keep=None if config.select.by != "last" else 2)
+    state, start_epoch = _start_state(trainer, config, loaded, run_dir)
+    # A restored state comes back unsharded: (re)shard it here, as a fresh one.
+    state, real, world_model = shard_population(state, real, world_model, per_member_model=trainer.per_member_model)
+    layout = _member_layout(trainer, state, real, world_model, facts, run_dir)
+    evaluate = _evaluator(config, trainer, task, dataset, world_model, ref_scores)
+
+    logger = RunLogger(run_dir, tensorboard=config.logging.tensorboard, wandb=config.logging.wandb,
+                       wandb_project=config.logging.wandb_project, config=config_io.to_dict(config))
+    return RunSpec(
+        config=config, run_dir=run_dir, entry=entry, seeds=config.seed_list, progress=progress, dataset=dataset,
+        task=task, ref_scores=ref_scores, dataset_score=dataset_score, obs_scale=obs_scale, model_paths=model_paths,
+        trainer=trainer, real=real, world_model=world_model, checkpointer=checkpointer, state=state,
+        start_epoch=start_epoch, layout=layout, evaluate=evaluate, logger=logger,
+        title=f"{config.algo.upper()} · {config_io.dataset_key(config.dataset)}",
+    )
+
+
+def _config_and_model_paths(config: TrainConfig | None, run_dir: Path, resume: bool,
+                            world_model_dir: str | Path | None) -> tuple[TrainConfig, LoadedRun | None, list[Path]]:
+    """The run's config, the run read back when resumed, and its world models' paths (a resumed run's own)."""
+    if resume:
+        loaded = load_run(run_dir, require_checkpoint=False)
+        facts = loaded.facts
+        if facts:
+            paths = [run_dir / p for p in facts["world_models"]]
+        else:
+            paths = _model_paths(loaded.config, run_dir, world_model_dir)
+        return loaded.config, loaded, paths
+    if (run_dir / "config.json").exists():
+        raise ConfigError(f"{run_dir}: already holds a run; continue it with --resume {run_dir} or choose another --run-dir")
+    return config, None, _model_paths(config, run_dir, world_model_dir)
+
+
+def _run_facts(run_dir: Path, entry: AlgorithmEntry, model_paths: list[Path], dataset, task, ref_scores,
+               dataset_score: float | None, obs_scale: ObsScale | None) -> dict:
+    """run.json as a run starts (the members' layout follows once it is chosen)."""
+    return {
+        "world_models": [_relative(p, run_dir) for p in model_paths] if entry.uses_model else [],
+        # A declared robot by its file, so later commands (export, finetune, evaluate) can register it again.
+        "task": None if task is None else (task.declaration or task.name),
+        "ref_scores": list(ref_scores) if ref_scores is not None else None,
+        "obs_dim": dataset.info.obs_dim,
+        "act_dim": dataset.info.act_dim,
+        "dataset_score": dataset_score,
+        "obs_scale": None if obs_scale is None else obs_scale.to_json(),
+    }
+
+
+def _state_shape(trainer: Trainer, config: TrainConfig):
+    """The shapes of a fresh population state: what a checkpoint is restored into."""
+    seeds = config.seed_list
+    return jax.eval_shape(trainer.initial_state, seeds, [hypers_of(config)] * len(seeds))
+
+
+def _start_state(trainer: Trainer, config: TrainConfig, loaded: LoadedRun | None,
+                 run_dir: Path) -> tuple[TrainState, int]:
+    """The state training starts from and its epoch: a resumed run's last checkpoint, else a fresh population.
+    metrics.jsonl keeps only the records up to that epoch."""
+    if loaded is not None and loaded.state is not None:
+        state, start_epoch = loaded.state, int(loaded.record["epoch"])
+    else:
+        seeds = config.seed_list
+        state, start_epoch = trainer.initial_state(seeds, [hypers_of(config)] * len(seeds)), 0
+    truncate_metrics(run_dir / METRICS_FILE, start_epoch)
+    return state, start_epoch
+
+
+def _member_layout(trainer: Trainer, state: TrainState, real, world_model, facts: dict | None, run_dir: Path) -> str:
+    """How the members' updates are laid out, added to run.json."""
+    # A resumed run keeps its members' layout: the two give different roundings.
+    if facts:  # a run from before the choice existed was vmapped
+        layout, measured = facts.get("member_layout", "vmap"), facts.get("member_layout_rule")
+    else:
+        layout, measured = trainer.choose_layout(state, real, world_model)
+    _write_json(run_dir / RUN_FILE, {**read_run_facts(run_dir), "member_layout": layout, "member_layout_rule": measured})
+    return layout
+
+
+def _evaluator(config: TrainConfig, trainer: Trainer, task: Task | None, dataset, world_model,
+               ref_scores) -> Callable[[TrainState], dict] | None:
+    """An evaluation of the population: in the task's simulator, else in a world model the members share, else none."""
+    if task is not None and task.has_env:
+        return functools.partial(trainer.evaluate, task=task, seeds=config.seed_list, ref_scores=ref_scores,
+                                 episodes=config.schedule.eval_episodes, eval_seed=config.schedule.eval_seed)
+    if world_model is not None and not trainer.per_member_model:
+        # No simulator: each evaluation records the model-based estimate (the sweep's offline objective).
+        return functools.partial(offline_evaluation, trainer, world_model=world_model, dataset=dataset,
+                                 ref_scores=ref_scores, seed=config.seed)
+    return None
+
+
+def _epoch_reporter(spec: RunSpec, bar: Progress,
+                    on_epoch: Callable[[EpochReport], None] | None) -> Callable[[EpochReport], None]:
+    """What the host does after each epoch: its record to metrics.jsonl (and the trackers), the bar, `on_epoch`."""
+    last_status = ""
+
+    def report(r: EpochReport):
+        nonlocal last_status
+        record = {"epoch": r.epoch, "updates": r.updates, "seeds": spec.seeds, "train": r.train}
+        if r.eval is not None:
+            record["eval"] = r.eval
+            mean, stderr = mean_stderr(scores_of(r.eval))
+            record["score_mean"], record["score_stderr"] = mean, stderr
+            last_status = f"score {mean:.1f} ± {stderr:.1f}"
+        spec.logger.log(record)
+        bar.update(r.epoch, last_status)
+        if on_epoch is not None:
+            on_epoch(r)
+
+    return report
+
+
+def _select(spec: RunSpec) -> None:
+    """Judge every checkpoint as `config.select` says and write the choice (selected.json)."""
+    selection = select_checkpoint(spec.trainer, spec.checkpointer, _state_shape(spec.trainer, spec.config),
+                                  spec.dataset, spec.world_model, spec.config, progress=spec.progress)
+    write_selection(spec.run_dir, selection)
+
+
 def run(
     config: TrainConfig | None,
     run_dir: str | Path,
@@ -154,141 +365,34 @@ def run(
     `dataset`: an already loaded `OfflineDataset` (else `mbrl.datasets.load(config.dataset)`).
     `on_epoch`: called on the host after each epoch's record is written (tests, scripts).
     """
-    from mbrl.envs.tasks import find_task
-    from mbrl import config as config_io
-    from mbrl import datasets
-    from mbrl.checkpoint import Checkpointer
-    from mbrl.core.score import normalized_score, scores_of
-    from mbrl.logging import METRICS_FILE, Progress, RunLogger, mean_stderr, plot_learning_curve, read_metrics, truncate_metrics
-
     start_time = time.perf_counter()
-    run_dir = Path(run_dir).absolute()
-    loaded = None
-    if resume:
-        loaded = load_run(run_dir, require_checkpoint=False)
-        config, facts = loaded.config, loaded.facts
-        model_paths = [run_dir / p for p in facts["world_models"]] if facts else _model_paths(config, run_dir, world_model_dir)
-    else:
-        if (run_dir / "config.json").exists():
-            raise ConfigError(f"{run_dir}: already holds a run; continue it with --resume {run_dir} or choose another --run-dir")
-        model_paths = _model_paths(config, run_dir, world_model_dir)
-    from mbrl.selection import check_selection
-
-    check_selection(config)
-    progress = config.logging.progress if progress is None else progress
-
-    # The dataset and its task first: a bad file or declaration leaves no run directory behind.
-    dataset = dataset if dataset is not None else datasets.load(config.dataset, task=config.task)
-    task = find_task(dataset.info.task)
-    if not resume:
-        run_dir.mkdir(parents=True, exist_ok=True)
-        config_io.save(config, run_dir / "config.json")
-    ref_scores = dataset_reference_scores(dataset, task)
-    dataset_score = None
-    if ref_scores is not None and dataset.num_episodes:
-        dataset_score = float(normalized_score(dataset.episode_returns().mean(), *ref_scores))
-    # A resumed run keeps the scale it started with (the dataset file may have changed since).
-    obs_scale = ObsScale.from_json(facts.get("obs_scale")) if loaded is not None and facts else observation_scale(config, dataset)
-    _write_json(run_dir / RUN_FILE, {
-        "world_models": [_relative(p, run_dir) for p in model_paths] if config.uses_model else [],
-        # A declared robot by its file, so later commands (export, finetune, evaluate) can register it again.
-        "task": None if task is None else (task.declaration or task.name),
-        "ref_scores": list(ref_scores) if ref_scores is not None else None,
-        "obs_dim": dataset.info.obs_dim,
-        "act_dim": dataset.info.act_dim,
-        "dataset_score": dataset_score,
-        "obs_scale": None if obs_scale is None else obs_scale.to_json(),
-    })
-
-    seeds = config.seed_list
-    trainer = trainer_for(config, dataset.info.obs_dim, dataset.info.act_dim, obs_scale)
-    real = trainer.real_data(dataset)
-    world_model = world_models_for(config, dataset, task, model_paths, progress) if trainer.uses_model else None
-
-    # Choosing a checkpoint after training needs them all.
-    checkpointer = Checkpointer(run_dir / "checkpoints", max_to_keep=None if config.select.by != "last" else 2)
-    start_epoch = 0
-    if loaded is not None and loaded.state is not None:
-        state, start_epoch = loaded.state, int(loaded.record["epoch"])
-        truncate_metrics(run_dir / METRICS_FILE, start_epoch)
-    else:
-        state = trainer.initial_state(seeds, [hypers_of(config)] * len(seeds))
-        truncate_metrics(run_dir / METRICS_FILE, 0)
-    # A restored state comes back unsharded: (re)shard it here, as a fresh one.
-    state, real, world_model = shard_population(state, real, world_model, per_member_model=trainer.per_member_model)
-    # A resumed run keeps its members' layout: the two give different roundings.
-    if loaded is not None and facts:  # a run from before the choice existed was vmapped
-        layout, measured = facts.get("member_layout", "vmap"), facts.get("member_layout_rule")
-    else:
-        layout, measured = trainer.choose_layout(state, real, world_model)
-    _write_json(run_dir / RUN_FILE, {**read_run_facts(run_dir), "member_layout": layout, "member_layout_rule": measured})
-
-    def checkpoint(state, epoch):
-        record = {
-            "epoch": epoch,
-            "updates": epoch * config.schedule.updates_per_epoch,
-            "seeds": seeds,
-            "world_models": [_relative(p, run_dir) for p in model_paths] if trainer.uses_model else [],
-        }
-        # Host copies: orbax keeps a sharded array's device layout and refuses to restore it onto another
-        # device count (`mbrl eval` on a smaller machine); the save copies to the host anyway.
-        checkpointer.save(epoch, jax.device_get(state), record)
-
-    evaluate = None
-    if task is not None and task.has_env:
-        evaluate = functools.partial(trainer.evaluate, task=task, seeds=seeds, ref_scores=ref_scores,
-                                     episodes=config.schedule.eval_episodes, eval_seed=config.schedule.eval_seed)
-    elif world_model is not None and not trainer.per_member_model:
-        # No simulator: each evaluation records the model-based estimate (the sweep's offline objective).
-        evaluate = functools.partial(offline_evaluation, trainer, world_model=world_model, dataset=dataset,
-                                     ref_scores=ref_scores, seed=config.seed)
-
-    logger = RunLogger(run_dir, tensorboard=config.logging.tensorboard, wandb=config.logging.wandb,
-                       wandb_project=config.logging.wandb_project, config=config_io.to_dict(config))
-    title = f"{config.algo.upper()} · {config_io.dataset_key(config.dataset)}"
-    last_status = ""
-
-    with StopSignal() as stop, Progress(config.schedule.epochs, start_epoch, title, enabled=progress) as bar:
-
-        def report(r: EpochReport):
-            nonlocal last_status
-            record = {"epoch": r.epoch, "updates": r.updates, "seeds": seeds, "train": r.train}
-            if r.eval is not None:
-                record["eval"] = r.eval
-                scores = scores_of(r.eval)
-                mean, stderr = mean_stderr(scores)
-                record["score_mean"], record["score_stderr"] = mean, stderr
-                last_status = f"score {mean:.1f} ± {stderr:.1f}"
-            logger.log(record)
-            bar.update(r.epoch, last_status)
-            if on_epoch is not None:
-                on_epoch(r)
-
+    spec = prepare_run(config, run_dir, resume=resume, world_model_dir=world_model_dir, dataset=dataset,
+                       progress=progress)
+    config, schedule = spec.config, spec.config.schedule
+    with StopSignal() as stop, Progress(schedule.epochs, spec.start_epoch, spec.title, enabled=spec.progress) as bar:
+        report = _epoch_reporter(spec, bar, on_epoch)
         try:
-            state, epochs_done = train_epochs(trainer, config.schedule, state, real, world_model, start_epoch=start_epoch,
-                                              evaluate=evaluate, checkpoint=checkpoint, on_epoch=report, stop=stop,
-                                              layout=layout)
+            _, epochs_done = train_epochs(spec.trainer, schedule, spec.state, spec.real, spec.world_model,
+                                          start_epoch=spec.start_epoch, evaluate=spec.evaluate,
+                                          checkpoint=spec.save_checkpoint, on_epoch=report, stop=stop,
+                                          layout=spec.layout)
             interrupted = stop.signum
-            if config.select.by != "last" and not interrupted and epochs_done == config.schedule.epochs:
-                from mbrl.selection import select_checkpoint, write_selection
-
-                like = jax.eval_shape(trainer.initial_state, seeds, [hypers_of(config)] * len(seeds))
-                write_selection(run_dir, select_checkpoint(trainer, checkpointer, like, dataset, world_model, config,
-                                                           progress=progress))
+            if config.select.by != "last" and not interrupted and epochs_done == schedule.epochs:
+                _select(spec)
         finally:
-            logger.close()
-            checkpointer.close()
+            spec.logger.close()
+            spec.checkpointer.close()
 
-    records = read_metrics(run_dir / METRICS_FILE)
-    plot_learning_curve(records, run_dir / "learning_curve.png", title)
+    records = read_metrics(spec.run_dir / METRICS_FILE)
+    plot_learning_curve(records, spec.run_dir / "learning_curve.png", spec.title)
     evals = [r["eval"] for r in records if r.get("eval")]
     return RunResult(
-        run_dir=run_dir,
+        run_dir=spec.run_dir,
         config=config,
         epochs_done=epochs_done,
         records=records,
         final_eval=evals[-1] if evals else None,
-        dataset_score=dataset_score,
+        dataset_score=spec.dataset_score,
         interrupted=interrupted,
         seconds=time.perf_counter() - start_time,
     )
@@ -316,9 +420,6 @@ class LoadedRun:
 def load_run(run_dir: str | Path, *, require_checkpoint: bool = True, epoch: int | None = None) -> LoadedRun:
     """The config, facts, trainer and latest checkpoint (or the one of `epoch`) of a run directory written by
     `mbrl train`."""
-    from mbrl import config as config_io
-    from mbrl.checkpoint import Checkpointer
-
     run_dir = Path(run_dir).absolute()
     if not (run_dir / "config.json").is_file():
         raise ConfigError(f"{run_dir}: not a run directory (no config.json); expected a directory written by `mbrl train`")
@@ -336,8 +437,7 @@ def load_run(run_dir: str | Path, *, require_checkpoint: bool = True, epoch: int
             if require_checkpoint:
                 raise ConfigError(f"{run_dir / 'checkpoints'}: no checkpoint; train the run for at least one checkpoint first")
             return LoadedRun(run_dir, config, facts, trainer, seeds, None, None)
-        like = jax.eval_shape(trainer.initial_state, seeds, [hypers_of(config)] * len(seeds))
-        state, record = checkpointer.restore(like, epoch)
+        state, record = checkpointer.restore(_state_shape(trainer, config), epoch)
     finally:
         checkpointer.close()
     return LoadedRun(run_dir, config, facts, trainer, seeds, state, record)

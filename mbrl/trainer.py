@@ -71,25 +71,14 @@ class TrainState:
 
 
 def compile_key(config: TrainConfig) -> TrainConfig:
-    """The part of a config that the compiled programs depend on: the algorithm's sections with their
-    traced hyperparameters set to canonical values (`zero_is_static`: zero or not), and the updates per epoch
-    with the schedule fields the algorithm's program reads (`compiled_schedule`); seeds, dataset, evaluation and
-    logging do not matter."""
+    """The part of a config that the compiled programs depend on: the algorithm's own sections with their traced
+    values canonical (`mbrl.agents.base.compile_canonical`), the imagination it reads, and the updates per epoch with
+    the schedule fields its program reads (`compiled_schedule`); seeds, dataset, world model (an argument of the
+    program, not part of it), evaluation and logging do not matter."""
     entry = registry.entry(config.algo)
-    sections = {}
-    for name in entry.sections:
-        if name in entry.model_sections:  # the model is an argument of the program, not part of it
-            continue
-        section = getattr(config, name)
-        defaults = type(section)()
-        canonical = {}
-        for field in entry.hyper_fields.get(name, ()):
-            value = getattr(section, field)
-            if (name, field) in entry.zero_is_static:
-                canonical[field] = 0.0 if value == 0 else (getattr(defaults, field) or 1.0)
-            else:
-                canonical[field] = getattr(defaults, field)
-        sections[name] = dataclasses.replace(section, **canonical)
+    sections = entry.compile_sections(config)
+    if entry.imagination_fields:
+        sections["imagination"] = config.imagination
     schedule = type(config.schedule)(updates_per_epoch=config.schedule.updates_per_epoch,
                                      **entry.compiled_schedule(config))
     return TrainConfig(algo=config.algo, preset=config.preset, schedule=schedule, **sections)

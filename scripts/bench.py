@@ -23,10 +23,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+import benchmarks  # noqa: E402  (scripts/benchmarks, on the path just above)
+
 
 def discover() -> dict:
-    import benchmarks
-
     figures: dict = {}
     for info in sorted(pkgutil.iter_modules(benchmarks.__path__), key=lambda m: m.name):
         module = importlib.import_module(f"benchmarks.{info.name}")

@@ -31,7 +31,25 @@ import json
 import sys
 from pathlib import Path
 
+import jax
 import numpy as np
+from make_sample import write
+
+from mbrl import datasets
+from mbrl.checkpoint import Checkpointer
+from mbrl.core.score import normalized_score, reference_scores
+from mbrl.core.tanh_gaussian import tanh_gaussian_mode
+from mbrl.core.types import TASK_SPECS
+from mbrl.envs import lockstep
+from mbrl.envs.behaviour import load_actor, load_snapshots, read_record
+from mbrl.envs.tasks import find_task
+from mbrl.ope.estimates import critic_estimate, fqe_estimate, model_estimate
+from mbrl.ope.fqe import FQEConfig
+from mbrl.ope.judged import JudgedPolicy
+from mbrl.ope.policy import load_policy, policy_of_run
+from mbrl.sweep.objective import spearman
+from mbrl.train import load_run
+from mbrl.trainer import hypers_of
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
@@ -46,8 +64,6 @@ def true_returns(policy, task, episodes: int, gamma: float, seed: int, steps: in
 
 
 def _returns(policy, task, episodes: int, seed: int, steps: int | None, gamma: float) -> float:
-    from mbrl.envs import lockstep
-
     envs = [task.make_env(**({} if steps is None else {"max_episode_steps": steps})) for _ in range(episodes)]
     try:
         slots = lockstep.run(envs, lockstep.markov(lambda obs: np.asarray(policy.act(obs))),
@@ -61,12 +77,6 @@ def _returns(policy, task, episodes: int, seed: int, steps: int | None, gamma: f
 
 def untrained_policies(run_dir: Path, count: int):
     """The run's agent at `count` fresh initialisations: the bad end of the policy set."""
-    import jax
-
-    from mbrl.ope.policy import policy_of_run
-    from mbrl.train import load_run
-    from mbrl.trainer import hypers_of
-
     run = load_run(run_dir)
     agent, hypers = run.trainer.agent, hypers_of(run.config)
     out = []
@@ -89,13 +99,6 @@ def negated_policies(run_dir: Path):
 def behaviour_policies(task: str):
     """The shipped behaviour actors of `task` (envs/behaviour), each acting by its tanh-Gaussian's mode: medium,
     expert and the medium-replay run's snapshots, from random-like to medium."""
-    import jax
-
-    from mbrl.envs.behaviour import load_actor, load_snapshots, read_record
-    from mbrl.core.tanh_gaussian import tanh_gaussian_mode
-    from mbrl.core.types import TASK_SPECS
-    from mbrl.ope.judged import JudgedPolicy
-
     spec = TASK_SPECS[task]
 
     def judged(actor, params, name):
@@ -110,8 +113,6 @@ def behaviour_policies(task: str):
 
 
 def write_negated(dataset, path: Path) -> None:
-    from make_sample import write
-
     t = dataset.transitions
     write(path, {"observations": t.obs, "actions": t.action, "rewards": -np.asarray(t.reward, np.float32),
                  "next_observations": t.next_obs, "terminals": t.terminal, "timeouts": t.timeout},
@@ -121,10 +122,6 @@ def write_negated(dataset, path: Path) -> None:
 
 def run_policies(run_dir: Path, every_checkpoint: bool):
     """Every training seed of a run at its latest checkpoint, or at each kept checkpoint."""
-    from mbrl.checkpoint import Checkpointer
-    from mbrl.ope.policy import load_policy, policy_of_run
-    from mbrl.train import load_run
-
     name = f"{run_dir.parent.name}/{run_dir.name}"
     if not every_checkpoint:
         run = load_run(run_dir)
@@ -144,8 +141,6 @@ def run_policies(run_dir: Path, every_checkpoint: bool):
 
 
 def metrics(estimates: np.ndarray, truth: np.ndarray, rng: np.random.Generator, draws: int = 1000) -> dict:
-    from mbrl.sweep.objective import spearman
-
     span = float(truth.max() - truth.min()) or 1.0
 
     def one(index):
@@ -185,12 +180,6 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     if args.write_negated is None and (not args.runs or args.out is None):
         parser.error("--runs and --out: expected run directories and an output folder")
-
-    from mbrl.envs.tasks import find_task
-    from mbrl import datasets
-    from mbrl.core.score import normalized_score, reference_scores
-    from mbrl.ope.estimates import critic_estimate, fqe_estimate, model_estimate
-    from mbrl.ope.fqe import FQEConfig
 
     dataset = datasets.load(args.dataset)
     if args.write_negated is not None:

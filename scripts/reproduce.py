@@ -21,6 +21,18 @@ import sys
 import time
 from pathlib import Path
 
+import matplotlib
+import matplotlib.pyplot as plt
+
+from mbrl import config as config_io, datasets as datasets_io
+from mbrl.commands.train import enable_compile_cache, ensure_dataset
+from mbrl.core.errors import UserError
+from mbrl.core.score import scores_of
+from mbrl.envs.tasks import find_task, get_task
+from mbrl.logging import mean_stderr
+from mbrl.train import load_run, run
+from mbrl.world_models.fit import fit_world_model
+
 ALGOS = ("bc", "mopo", "ravl", "neubay", "mopo-ppo")
 DEFAULT_ALGOS = ("bc", "mopo", "ravl")
 SHARED_MODEL_ALGOS = ("mopo", "ravl")  # one model per dataset, fitted here
@@ -36,8 +48,6 @@ def _write(path: Path, text: str) -> None:
 
 
 def _summary(result) -> dict:
-    from mbrl.logging import mean_stderr
-
     final = result.final_eval or {}
     scores = final.get("normalized_score") or []
     mean, stderr = mean_stderr(scores) if scores else (None, None)
@@ -59,10 +69,6 @@ def _summary(result) -> dict:
 
 def world_model_for(dataset_name: str, dataset, preset: str, out: Path, fit_seconds: float | None = None) -> Path:
     """Fit one world model per dataset (shared by MOPO and RAVL), or reuse the saved one."""
-    from mbrl.envs.tasks import find_task
-    from mbrl import config as config_io
-    from mbrl.world_models.fit import fit_world_model
-
     path = out / "models" / config_io.dataset_key(dataset_name)  # a file path gives its stem
     if (path / "model.json").is_file():
         return path
@@ -78,11 +84,6 @@ def world_model_for(dataset_name: str, dataset, preset: str, out: Path, fit_seco
 def final_evaluation(run_dir: Path, episodes: int) -> dict:
     """The finished run's policies scored on `episodes` episodes per seed (NeoRL-2 scores with 1,000), with the
     resets `mbrl eval` uses."""
-    from mbrl.envs.tasks import get_task
-    from mbrl.core.score import scores_of
-    from mbrl.logging import mean_stderr
-    from mbrl.train import load_run
-
     loaded = load_run(run_dir)
     task = loaded.facts.get("task")
     if task is None:
@@ -97,9 +98,6 @@ def final_evaluation(run_dir: Path, episodes: int) -> dict:
 
 
 def run_one(algo: str, dataset_name: str, dataset, args, out: Path) -> dict:
-    from mbrl import config as config_io
-    from mbrl.train import run
-
     run_dir = out / "runs" / f"{algo}-{config_io.dataset_key(dataset_name)}"
     result_file = run_dir / "result.json"
     if result_file.is_file():
@@ -169,10 +167,7 @@ def markdown(summaries: list[dict], args) -> str:
 
 
 def plot(summaries: list[dict], path: Path) -> None:
-    import matplotlib
-
     matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
 
     datasets = sorted({s["dataset"] for s in summaries}, key=lambda d: DATASETS.index(d) if d in DATASETS else 99)
     fig, axes = plt.subplots(1, len(datasets), figsize=(4 * len(datasets), 3.2), dpi=110, squeeze=False)
@@ -217,11 +212,6 @@ def main(argv=None) -> int:
     unknown = [a for a in args.algos if a not in ALGOS]
     if unknown or args.seeds < 1:
         parser.error(f"unknown algorithm(s) {unknown}" if unknown else "--seeds must be >= 1")
-
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-    from mbrl import datasets as datasets_io
-    from mbrl.commands.train import enable_compile_cache, ensure_dataset
-    from mbrl.core.errors import UserError
 
     enable_compile_cache()
     out = args.out.absolute()

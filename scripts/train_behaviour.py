@@ -32,6 +32,7 @@ import time  # noqa: E402
 from pathlib import Path  # noqa: E402
 
 import jax  # noqa: E402
+import minari  # noqa: E402
 import mujoco  # noqa: E402
 import numpy as np  # noqa: E402
 from flax import serialization  # noqa: E402
@@ -40,9 +41,11 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from mbrl.agents.sac import OnlineSAC, OnlineState, SACConfig, make_policy  # noqa: E402
+from mbrl.commands.data_make import MakeArgs, make  # noqa: E402
 from mbrl.envs import lockstep  # noqa: E402
-from mbrl.envs.behaviour import EXPERT_BAR, stepped  # noqa: E402
-from mbrl.envs.collect import make_env  # noqa: E402
+from mbrl.envs.behaviour import BEHAVIOUR_DIR, EXPERT_BAR, read_record, stepped, uniform_policy  # noqa: E402
+from mbrl.envs.collect import SCORE_BANDS, data_score, make_env  # noqa: E402
+from mbrl.core.dataset_registry import LEVELS, data_dir, minari_id  # noqa: E402
 from mbrl.core.types import TASK_SPECS, Transitions  # noqa: E402
 from mbrl.evaluate import evaluate  # noqa: E402
 
@@ -274,8 +277,6 @@ def _stochastic_returns(task: str, core, actor, episodes: int, seed: int) -> np.
 
 def finalize(args) -> None:
     """Choose the expert and medium snapshots, evaluate them on 100 episodes, write envs/behaviour/."""
-    from mbrl.envs.behaviour import BEHAVIOUR_DIR, uniform_policy  # noqa: PLC0415
-
     task, run_dir = args.task, Path(args.out) / args.task
     core = _actor_template(task)
     template = core.init(jax.random.PRNGKey(0), core.hypers()).actor_params
@@ -357,13 +358,6 @@ def finalize(args) -> None:
 
 def table(args) -> None:
     """Make each level of each task (reusing existing datasets) and print a Markdown table of them."""
-    import minari  # noqa: PLC0415
-
-    from mbrl.envs.behaviour import read_record  # noqa: PLC0415
-    from mbrl.envs.collect import SCORE_BANDS, data_score  # noqa: PLC0415
-    from mbrl.core.dataset_registry import LEVELS, data_dir, minari_id  # noqa: PLC0415
-    from mbrl.commands.data_make import MakeArgs, make  # noqa: PLC0415
-
     os.environ.setdefault("MINARI_DATASETS_PATH", str(data_dir()))
     rows = ["| dataset | transitions | episodes | mean return | normalized score | expected band |",
             "|---|---:|---:|---:|---:|---|"]

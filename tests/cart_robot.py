@@ -10,6 +10,7 @@ PYTHONPATH); `DECLARATION` is its task file.
 
 from __future__ import annotations
 
+import jax.numpy as jnp
 import numpy as np
 
 DT = 1.0 / 50.0
@@ -51,8 +52,6 @@ def dynamics(state: np.ndarray, action) -> np.ndarray:
 
 
 def reward(obs, action, next_obs):
-    import jax.numpy as jnp
-
     return -jnp.square(next_obs[..., 0]) * 1.0 - 0.01 * jnp.square(action[..., 0])
 
 

@@ -45,10 +45,11 @@ def loopback_dds():
 
 @pytest.fixture(scope="session")
 def load_script():
-    """Import `scripts/NAME.py` (scripts are not a package) and return the module."""
+    """Import `scripts/NAME.py` (scripts are not a package; NAME may be `experiments/NAME`) and return the module."""
 
     def load(name):
         path = Path(__file__).resolve().parents[1] / "scripts" / f"{name}.py"
+        name = Path(name).name
         spec = importlib.util.spec_from_file_location(name, path)
         module = importlib.util.module_from_spec(spec)
         sys.modules[name] = module  # its dataclasses look their module up

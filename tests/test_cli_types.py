@@ -11,6 +11,13 @@ import tyro
 
 from mbrl import config as config_io
 from mbrl.cli import main
+from mbrl.commands.deploy import DeployArgs
+from mbrl.commands.finetune import FinetuneArgs
+from mbrl.commands.sweep import SweepArgs
+from mbrl.envs.robots.connect import SimOptions
+from mbrl.envs.robots.safety import SafetyConfig
+from mbrl.finetune import FinetuneConfig
+from mbrl.sweep.engine import SweepOptions
 
 
 @pytest.mark.parametrize("argv, flag", [
@@ -29,10 +36,6 @@ def test_a_value_of_the_wrong_type_is_one_line_and_exit_2(argv, flag, capsys):
 
 
 def test_finetune_options_are_the_configs_fields_with_its_defaults():
-    from mbrl.envs.robots.safety import SafetyConfig
-    from mbrl.commands.finetune import FinetuneArgs
-    from mbrl.finetune import FinetuneConfig
-
     defaults = tyro.cli(FinetuneArgs, args=["RUN", "--robot", "mujoco:Hopper-v5"])
     assert config_io.from_options(FinetuneConfig, defaults, run="RUN") == FinetuneConfig(run="RUN", robot="mujoco:Hopper-v5")
     given = tyro.cli(FinetuneArgs, args=["RUN", "--robot", "udp://h:1", "--steps", "1000", "--warmup", "100", "--scratch",
@@ -45,10 +48,6 @@ def test_finetune_options_are_the_configs_fields_with_its_defaults():
 
 
 def test_deploy_safety_and_sim_options_come_from_their_classes():
-    from mbrl.envs.robots.connect import SimOptions
-    from mbrl.envs.robots.safety import SafetyConfig
-    from mbrl.commands.deploy import DeployArgs
-
     args = tyro.cli(DeployArgs, args=["EXPORT", "--robot", "udp://h:1"])
     assert config_io.from_options(SafetyConfig, args.safety) == SafetyConfig()
     assert config_io.from_options(SimOptions, args.sim, noise_seed=args.seed) == SimOptions()
@@ -60,9 +59,6 @@ def test_deploy_safety_and_sim_options_come_from_their_classes():
 
 
 def test_sweep_options_are_sweep_options_fields_with_their_defaults():
-    from mbrl.commands.sweep import SweepArgs
-    from mbrl.sweep.engine import SweepOptions
-
     args = tyro.cli(SweepArgs, args=["--space", "mopo"])
     assert config_io.from_options(SweepOptions, args) == SweepOptions()
     args = tyro.cli(SweepArgs, args=["--space", "mopo", "--trials", "8", "--objective-evals", "2", "--sampler-seed", "1"])

@@ -5,10 +5,12 @@ from __future__ import annotations
 import functools
 import json
 import os
+import re
 from pathlib import Path
 
 import gymnasium as gym
 import jax
+import minari
 import numpy as np
 import pytest
 
@@ -292,8 +294,6 @@ def made_hopper_medium(tmp_path_factory):
 
 @needs_hopper_policies
 def test_make_hopper_medium_is_read_by_minari_with_reference_scores(made_hopper_medium, monkeypatch):
-    import minari
-
     root, code = made_hopper_medium
     assert code == 0
     monkeypatch.setenv("MINARI_DATASETS_PATH", str(root))
@@ -370,10 +370,6 @@ BAND_SIZES = {"hopper": ("20000", "16"), "halfcheetah": ("24000", "4"), "walker2
 
 @pytest.mark.parametrize("task", SHIPPED_TASKS)
 def test_made_medium_scores_in_the_band_the_readme_records(task, tmp_path, monkeypatch):
-    import re
-
-    import minari
-
     for var in ("MBRL_DATA_DIR", "MINARI_DATASETS_PATH"):
         monkeypatch.setenv(var, str(tmp_path))
     monkeypatch.setenv("MBRL_NO_PROGRESS", "1")

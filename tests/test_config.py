@@ -12,9 +12,9 @@ import json
 import pytest
 import tyro
 
-from mbrl.agents import presets, registry
+from mbrl.agents import registry
+from mbrl.agents.mopo import HORIZON_PENALTY as MOPO_DATASETS
 from mbrl.agents.neubay_presets import PER_DATASET as NEUBAY_DATASETS
-from mbrl.agents.presets import MOPO_HORIZON_PENALTY
 from mbrl.agents.sac_n import SACNConfig
 from mbrl import config as config_io
 from mbrl.cli import main
@@ -86,7 +86,7 @@ def test_config_json_holds_only_the_sections_the_algorithm_reads(algo, tmp_path)
     config_io.save(config, tmp_path / "config.json")
     data = json.loads((tmp_path / "config.json").read_text())
     sections = {k for k, v in data.items() if isinstance(v, dict)}
-    assert sections == {*registry.entry(algo).sections, *registry.COMMON_SECTIONS}
+    assert sections == {*registry.entry(algo).reads, *registry.COMMON_SECTIONS}
     if "imagination" in data:
         assert set(data["imagination"]) == set(registry.entry(algo).imagination_fields)
     assert config_io.load(tmp_path / "config.json") == config
@@ -139,14 +139,13 @@ def test_a_train_config_holds_defaults_in_the_sections_its_algorithm_does_not_re
 
 
 def test_every_preset_sets_only_what_its_algorithm_reads():
-    assert {algo for algo, _ in presets.BASE} == set(registry.ALGORITHMS)  # every algorithm has its presets
-    datasets = [None, "hopper-medium", *MOPO_HORIZON_PENALTY, *NEUBAY_DATASETS]
+    datasets = [None, "hopper-medium", *MOPO_DATASETS, *NEUBAY_DATASETS]
     for algo in registry.ALGORITHMS:
-        for name in presets.PRESETS:
+        for name in registry.PRESETS:
             for dataset in datasets:
-                preset = presets.preset(algo, name, dataset)
+                preset = registry.entry(algo).preset(name, dataset)
                 assert config_io.unread(algo, preset) == [], (algo, name, dataset)
-                assert set(preset) <= {*registry.entry(algo).sections, *registry.COMMON_SECTIONS}
+                assert set(preset) <= {*registry.entry(algo).reads, *registry.COMMON_SECTIONS}
 
 
 # -------------------------------------------------------------------------------------------------
@@ -213,3 +212,16 @@ def test_model_fit_refuses_bad_options_before_loading_anything(argv, message, tm
     missing = tmp_path / "missing.hdf5"  # never opened: the options are checked first
     assert main(["model", "fit", "--dataset", str(missing), *argv]) == 2
     assert one_line_error(capsys) == f"mbrl: error: {message}"
+
+
+def test_the_readme_sections_table_says_what_each_algorithm_reads():
+    """README's table of `mbrl train` sections: each row is what the registry says its algorithm reads."""
+    from pathlib import Path
+
+    text = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    table = text[text.index("| algorithm | sections |"):].split("\n\n")[0].splitlines()[2:]
+    rows = {cells[0].strip(" `"): [c.strip(" `") for c in cells[1].split(",")]
+            for cells in (line.strip("|").split("|") for line in table)}
+    assert rows and set(rows) <= set(registry.ALGORITHMS)
+    for algo, sections in rows.items():
+        assert sections == [name for name in config_io.reads(algo) if name not in registry.COMMON_SECTIONS], algo

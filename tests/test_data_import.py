@@ -15,8 +15,12 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from rosbags.rosbag2 import StoragePlugin, Writer
+from rosbags.typesys import Stores, get_typestore
 
 from mbrl.cli import main
+from mbrl.datasets import load
+from mbrl.envs.tasks import find_task
 
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
 
@@ -103,8 +107,6 @@ def cart_run():
 def write_bag(path: Path, run, plugin_name: str) -> Path:
     """The run as a rosbag2: receive times jittered, the controller answering each state within ~2 ms, a 1 s pause
     between the episodes, and one joint-state message missing."""
-    from rosbags.typesys import Stores, get_typestore
-
     store = get_typestore(Stores.ROS2_HUMBLE)
     joint_state, header, stamp = (store.types[t] for t in (
         "sensor_msgs/msg/JointState", "std_msgs/msg/Header", "builtin_interfaces/msg/Time"))
@@ -135,9 +137,6 @@ def write_bag(path: Path, run, plugin_name: str) -> Path:
 
 def write_messages(path: Path, messages: list, plugin_name: str = "MCAP") -> Path:
     """(time s, topic, message) as a bag, with rosbags' own writer."""
-    from rosbags.rosbag2 import StoragePlugin, Writer
-    from rosbags.typesys import Stores, get_typestore
-
     store = get_typestore(Stores.ROS2_HUMBLE)
     with Writer(path, version=8, storage_plugin=StoragePlugin[plugin_name]) as writer:
         conns = {}
@@ -160,9 +159,6 @@ def run_cli(capsys, *args: str) -> tuple[int, str, str]:
 
 
 def test_bag_imports_as_the_simulated_run(tmp_path, capsys, cart_bag, cart_run):
-    from mbrl.envs.tasks import find_task
-    from mbrl.datasets import load
-
     toml = declare(tmp_path / "robot")
     out = tmp_path / "cart-data"
     code, stdout, err = run_cli(capsys, "data", "import", cart_bag, "--task", toml, "--out", out, "--json")
@@ -195,10 +191,6 @@ def test_bag_imports_as_the_simulated_run(tmp_path, capsys, cart_bag, cart_run):
 def test_episode_topic_reward_topic_and_twist_commands(tmp_path, capsys, cart_run):
     """Episodes split by a marker topic alone (the pause is shorter than episode_gap_s), the reward read from a
     topic (sampled at the tick after the action), commands as geometry_msgs/msg/Twist linear.x."""
-    from rosbags.typesys import Stores, get_typestore
-
-    from mbrl.datasets import load
-
     store = get_typestore(Stores.ROS2_HUMBLE)
     joint_state, header, stamp, twist, vector, number, empty = (store.types[f"{t}"] for t in (
         "sensor_msgs/msg/JointState", "std_msgs/msg/Header", "builtin_interfaces/msg/Time",
@@ -230,8 +222,6 @@ def test_episode_topic_reward_topic_and_twist_commands(tmp_path, capsys, cart_ru
 
 
 def test_lerobot_dataset_imports_with_its_rewards(tmp_path, capsys):
-    from mbrl.datasets import load
-
     root = tmp_path / "lerobot"
     (root / "meta").mkdir(parents=True)
     (root / "meta" / "info.json").write_text(json.dumps({"fps": 50, "features": {
@@ -267,8 +257,6 @@ def test_lerobot_dataset_imports_with_its_rewards(tmp_path, capsys):
 
 
 def test_csv_imports_with_its_rewards_and_terminations(tmp_path, capsys):
-    from mbrl.datasets import load
-
     rng = np.random.default_rng(3)
     rows = 12
     position = rng.uniform(-1, 1, rows)

@@ -6,21 +6,29 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
 import time
 from pathlib import Path
 
+import gymnasium
+import jax
 import numpy as np
 import pytest
 
+from mbrl.agents.neubay import Neubay, NeubayConfig
+from mbrl.datasets import SAMPLE_PATH, load
 from mbrl.envs.robots.loop import ControlLoop
 from mbrl.envs.robots.mujoco import MujocoRobot
-from mbrl.envs.robots.ros2 import rclpy_available
+from mbrl.envs.robots.ros2 import Ros2Robot, rclpy_available
 from mbrl.envs.robots.runner import PolicyRunner, RewardFeed
 from mbrl.envs.robots.safety import SafetyConfig, SafetyLayer
 from mbrl.cli import main
+from mbrl.evaluate import evaluate
+from mbrl.export import PolicySpec, carry_leaves, export_policy, observation_envelope, policy_function
+from mbrl.export_run import policy_of
 
 EPISODE_STEPS = 60  # the sim server's time limit: short episodes keep the tests fast
 REPO = Path(__file__).resolve().parents[1]
@@ -29,13 +37,6 @@ REPO = Path(__file__).resolve().parents[1]
 @pytest.fixture(scope="module")
 def neubay_export(tmp_path_factory, onnx_extra):
     """A NEUBAY actor (LRU memory, 2 layers) at init for Hopper-v5, exported as a run's policy is."""
-    import jax
-
-    from mbrl.agents.neubay import Neubay, NeubayConfig
-    from mbrl.datasets import SAMPLE_PATH, load
-    from mbrl.export import PolicySpec, export_policy, observation_envelope
-    from mbrl.export_run import policy_of
-
     agent = Neubay(NeubayConfig(d_model=8, d_hidden=4, memory_layers=2, head_hidden=8, head_layers=1), 11, 3)
     obs_low, obs_high = observation_envelope(load(SAMPLE_PATH).transitions.obs)
     params = agent.init(jax.random.PRNGKey(5), agent.hypers()).actor_params
@@ -73,11 +74,6 @@ def _ticks(records):
 
 
 def test_udp_deploy_reproduces_in_process_evaluation(export_dir, sim_server, tmp_path, capsys):
-    import jax
-
-    from mbrl.evaluate import evaluate
-    from mbrl.export import policy_function
-
     path, spec = export_dir
     port, _ = sim_server
     log = tmp_path / "udp.jsonl"
@@ -100,11 +96,6 @@ def test_udp_deploy_reproduces_in_process_evaluation(export_dir, sim_server, tmp
 def test_mujoco_deploy_of_a_recurrent_export_matches_its_jax_policy(neubay_export, tmp_path, capsys):
     """Two episodes through `mbrl deploy --robot mujoco:Hopper-v5`: each tick's command equals the JAX policy's
     action, with the carry, the previous action and reward handed along and reset at the second episode."""
-    import gymnasium
-    import jax
-
-    from mbrl.export import carry_leaves, policy_function
-
     path, spec = neubay_export
     log = tmp_path / "neubay.jsonl"
     code = main(["deploy", str(path), "--robot", "mujoco:Hopper-v5", "--episodes", "2", "--seed", "5", "--rate", "0",
@@ -228,8 +219,6 @@ def test_sigterm_safe_stops_then_exits_0(export_dir, sim_server, tmp_path):
 
 
 def test_deploy_errors_print_one_line_and_exit_2(export_dir, tmp_path, capsys):
-    import shutil
-
     path = export_dir[0]
     broken = tmp_path / "broken"
     shutil.copytree(path, broken)
@@ -256,11 +245,10 @@ def test_ros2_without_rclpy_is_a_clear_error(export_dir, capsys):
 
 @pytest.mark.skipif(not rclpy_available(), reason="rclpy is not installed (ROS 2 is not on PyPI; source a ROS 2 installation to run this test)")
 def test_ros2_robot_round_trip(export_dir):
+    # optional: a ROS 2 installation's rclpy and messages (the test is skipped without them)
     import rclpy
     from sensor_msgs.msg import JointState
     from std_msgs.msg import Float64MultiArray
-
-    from mbrl.envs.robots.ros2 import Ros2Robot
 
     robot = Ros2Robot("/mbrl_test", 11, -np.ones(3), np.ones(3), obs_timeout=0.5)
     robot.connect()

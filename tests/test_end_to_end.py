@@ -3,7 +3,8 @@ written a checkpoint, `mbrl train --resume` that gives exactly the uninterrupted
 `mbrl eval`, `mbrl export` (checked by onnxruntime against JAX), and `mbrl deploy --robot mujoco:...`.
 
 The data is a real Hopper-v5 run of a random policy written in D4RL layout with h5py; one tiny world model
-is fitted once and given to every model-based run with `--world-model`. Compiles are shared between the
+is fitted once and given to every model-based run with `--world-model`. The algorithms without a world model run
+in `test_end_to_end_model_free.py`, so that the two halves run side by side. Compiles are shared between the
 processes through the on-disk cache that `mbrl train` keeps.
 """
 
@@ -23,14 +24,8 @@ from mbrl.agents import registry
 from mbrl import config as config_io
 from mbrl.cli import main as cli_main
 
-SECTIONS = {
-    "sac": {"num_critics": 2, "hidden_sizes": [16, 16], "batch_size": 16},
-    "mopo": {"penalty_coef": 1.0},
-    "bc": {"hidden_sizes": [16, 16], "batch_size": 16},
-    "neubay": {"d_model": 8, "d_hidden": 8, "memory_layers": 1, "head_hidden": 16, "head_layers": 1, "num_critics": 3,
-               "sampled_critics": 2, "num_sequences": 2, "sequence_length": 8, "warmup_length": 8, "parallel_size": 4,
-               "tape_capacity": 16, "max_episode_steps": 100, "rollout_chunk": 20, "utd": 0.5},
-    "ppo": {"hidden_sizes": [16, 16], "learning_epochs": 5, "minibatches": 2},
+# The sections every algorithm of a kind shares, at tiny sizes; each algorithm's own come from its entry's `smoke`.
+SHARED = {
     "rwm": {"num_heads": 3, "gru_layers": 1, "gru_hidden": 16, "head_hidden": [16], "history": 4, "forecast": 3},
     "rwm_fit": {"batch_size": 16, "steps_per_epoch": 5, "max_epochs": 1},
     "imagination": {"rollouts_per_epoch": 32, "horizon": 2, "retain_epochs": 2},
@@ -41,8 +36,8 @@ SECTIONS = {
 
 def tiny_config(algo: str, dataset: str):
     entry = registry.entry(algo)
-    own = {name: dict(values) for name, values in SECTIONS.items()
-           if name in entry.sections or name in registry.COMMON_SECTIONS}
+    own = {name: dict(values) for name, values in SHARED.items() if name in entry.reads or name in registry.COMMON_SECTIONS}
+    own.update({name: dict(values) for name, values in entry.smoke.items()})
     if "imagination" in own:
         own["imagination"] = {k: v for k, v in own["imagination"].items() if k in entry.imagination_fields}
     return config_io.build(algo, dataset, "quick", own)
@@ -81,8 +76,13 @@ def _checkpoints(run_dir):
     return sorted(int(p.name) for p in folder.iterdir() if p.name.isdigit()) if folder.is_dir() else []
 
 
-@pytest.mark.parametrize("algo", ["ravl", "mopo", "bc", "neubay", "mopo-ppo"])
+@pytest.mark.parametrize("algo", [name for name, entry in registry.ALGORITHMS.items() if entry.uses_model])
 def test_train_kill_resume_eval_export_deploy(algo, hopper_tiny_path, world_model_dir, tmp_path, capsys):
+    train_kill_resume_eval_export_deploy(algo, hopper_tiny_path, world_model_dir, tmp_path, capsys)
+
+
+def train_kill_resume_eval_export_deploy(algo, hopper_tiny_path, world_model_dir, tmp_path, capsys):
+    """The whole path for one algorithm (`world_model_dir`: the fitted MLP ensemble, None for a model-free one)."""
     config = tiny_config(algo, str(hopper_tiny_path))
     config_path = tmp_path / "config.json"
     config_io.save(config, config_path)

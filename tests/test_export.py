@@ -386,7 +386,7 @@ def test_off_policy_evaluation_reads_a_recurrent_policys_logged_episodes(neubay_
     from mbrl.ope.fqe import FQEConfig
     from mbrl.ope.judged import agent_policy
     from mbrl.ope.policy import load_policy
-    from mbrl.sweep.objective import fqe_values, split_holdout
+    from mbrl.ope.holdout import fqe_values, split_holdout
     from test_ope import FAST
 
     run_dir, _ = neubay_run
@@ -397,16 +397,17 @@ def test_off_policy_evaluation_reads_a_recurrent_policys_logged_episodes(neubay_
     along = policy.next_actions(rows)
     run = policy.run
     agent, params = run.trainer.agent, run.actor_params(0)
+    act = jax.jit(agent.act, static_argnums=4)  # one step at a time, as the oracle; compiled once, not per call
     expected = []
     for start, end in ((0, int(dataset.episode_starts[1])), (int(dataset.episode_starts[1]), len(rows))):
         carry = agent.initial_carry(1)
         prev_action, prev_reward = np.zeros((1, rows.act_dim), np.float32), np.zeros(1, np.float32)
         for t in range(start, end):
             step = PolicyInput(rows.obs[t:t + 1], prev_action, prev_reward, np.array([t == start]))
-            _, carry = agent.act(params, carry, step, jax.random.PRNGKey(0), True)
+            _, carry = act(params, carry, step, jax.random.PRNGKey(0), True)
             prev_action, prev_reward = rows.action[t:t + 1], rows.reward[t:t + 1]
             nxt = PolicyInput(rows.next_obs[t:t + 1], prev_action, prev_reward, np.array([False]))
-            expected.append(np.asarray(agent.act(params, carry, nxt, jax.random.PRNGKey(0), True)[0])[0])
+            expected.append(np.asarray(act(params, carry, nxt, jax.random.PRNGKey(0), True)[0])[0])
     np.testing.assert_allclose(along, np.clip(expected, -1, 1), atol=2e-5)
     assert np.abs(along[1:] - along[:-1]).max() > 0  # it acts, not a constant
     # The agent's own greedy policy (the sweep's and the selection's FQE) reads the history the same way.

@@ -69,9 +69,8 @@ def uninterrupted(offline_run, tmp_path_factory):
 
 
 def test_the_warm_up_makes_no_update(offline_run, uninterrupted):
-    from mbrl.agents.sac import OnlineSAC
     from mbrl.checkpoint import Checkpointer
-    from mbrl.finetune import _online_config
+    from mbrl.finetune import online_learner
     from mbrl.train import load_run
 
     records = _records(uninterrupted)
@@ -81,7 +80,7 @@ def test_the_warm_up_makes_no_update(offline_run, uninterrupted):
 
     source = load_run(offline_run)
     config = FinetuneConfig(run=str(offline_run), robot="mujoco:Hopper-v5", **TINY)
-    sac = OnlineSAC(_online_config(config, source.config.sac), 11, 3)
+    sac = online_learner(config, source)
     checkpoints = Checkpointer(uninterrupted / "checkpoints", max_to_keep=5)
     try:
         at_warmup_end, host = checkpoints.restore(sac.init(jax.random.PRNGKey(0)), 100)
@@ -99,12 +98,11 @@ def test_the_warm_up_makes_no_update(offline_run, uninterrupted):
 
 def test_by_default_no_offline_row_is_ever_sampled(offline_run):
     """The batches an update chunk draws: none from the offline data by default, half with a ratio of 0.5."""
-    from mbrl.agents.sac import OnlineSAC
     from mbrl import datasets
     from mbrl.core import replay
     from mbrl.core.types import Transitions
     from mbrl.datasets import SAMPLE_PATH
-    from mbrl.finetune import _online_config
+    from mbrl.finetune import online_learner
     from mbrl.train import load_run
 
     source = load_run(offline_run)
@@ -116,7 +114,7 @@ def test_by_default_no_offline_row_is_ever_sampled(offline_run):
         next_obs=np.zeros((rows, 11), np.float32), terminal=np.zeros(rows, bool), timeout=np.zeros(rows, bool)), np.ones(rows, bool))
     for ratio, expected in ((0.0, 0), (0.5, 8)):
         config = FinetuneConfig(run=str(offline_run), robot="mujoco:Hopper-v5", retain_offline_ratio=ratio, **TINY)
-        sac = OnlineSAC(_online_config(config, source.config.sac), 11, 3)  # batch 16
+        sac = online_learner(config, source)  # batch 16
         assert sac.config.offline_rows == expected
         batches = sac.chunk_batches(online, offline, jax.random.PRNGKey(1), 200)
         from_offline = np.asarray(batches.obs[..., 0] != marker)

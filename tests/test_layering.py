@@ -113,15 +113,61 @@ def algorithm_names_in(text: str, names: set[str]) -> list[tuple[int, str]]:
     return found
 
 
-def test_no_algorithm_is_named_in_mbrl():
-    """An algorithm is one registry entry: the training program, the config, imagination and the commands reach
-    it through `mbrl.agents.registry`, never by its name or its section's (`config.neubay`, `algo == "mopo"`)."""
+def algorithm_names() -> set[str]:
+    """The algorithms' names (`mopo-ppo` also as `mopo_ppo`) and their config sections' (`sac`, `ppo`)."""
     from mbrl.agents import registry
 
-    names = set(registry.ALGORITHMS) | {name.replace("-", "_") for name in registry.ALGORITHMS}
+    return set(registry.ALGORITHMS) | {name.replace("-", "_") for name in registry.ALGORITHMS} | set(registry.SECTIONS)
+
+
+def test_no_algorithm_is_named_in_mbrl():
+    """An algorithm is one registry entry: the training program, the config, imagination and the commands reach
+    it through `mbrl.agents.registry`, never by its name or its section's (`config.neubay`, `algo == "mopo"`,
+    `hypers["sac"]`)."""
+    names = algorithm_names()
     found = [f"{path.relative_to(ROOT)}:{line}: {what}" for path in sorted((ROOT / "mbrl").rglob("*.py"))
              for line, what in algorithm_names_in(path.read_text(), names)]
     assert not found, "\n".join(found)
     # The walk sees each way of naming one.
-    probe = 'if config.algo == "mopo": x = config.neubay.utd; f(mopo_ppo=1); neubay = 2'
-    assert sorted(what for _, what in algorithm_names_in(probe, names)) == ["'mopo'", ".neubay", "mopo_ppo=", "neubay"]
+    probe = 'if config.algo == "mopo": x = config.neubay.utd; f(mopo_ppo=1); neubay = 2; h = hypers["sac"]'
+    assert sorted(what for _, what in algorithm_names_in(probe, names)) == ["'mopo'", "'sac'", ".neubay", "mopo_ppo=",
+                                                                             "neubay"]
+
+
+# What `mbrl/` may import of `mbrl.agents`: the interface, the registry and the shared network helpers.
+AGENT_INTERFACE = ("mbrl.agents.base", "mbrl.agents.registry", "mbrl.agents.networks")
+
+
+def test_mbrl_imports_no_algorithm_module():
+    """`mbrl/` asks an agent for capabilities (`mbrl.agents.base`), it never imports an algorithm's module."""
+    found = [f"{path.relative_to(ROOT)}:{line}: {target}" for path in sorted((ROOT / "mbrl").rglob("*.py"))
+             for line, target in imports(path)
+             if within(target, "mbrl.agents") and target not in ("mbrl.agents", "mbrl.agents.registry")
+             and not any(within(target, allowed) for allowed in AGENT_INTERFACE)]
+    assert not found, "\n".join(found)
+
+
+def agent_classes() -> set[str]:
+    return {node.name for path in (ROOT / "agents").rglob("*.py") for node in ast.walk(ast.parse(path.read_text()))
+            if isinstance(node, ast.ClassDef)}
+
+
+def isinstance_checks_in(text: str, classes: set[str]) -> list[tuple[int, str]]:
+    """Where `text` calls isinstance/issubclass with one of `classes` (alone or in a tuple)."""
+    found = []
+    for node in ast.walk(ast.parse(text)):
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in ("isinstance", "issubclass") \
+                and len(node.args) == 2:
+            kinds = node.args[1].elts if isinstance(node.args[1], ast.Tuple) else [node.args[1]]
+            found += [(node.lineno, k.attr if isinstance(k, ast.Attribute) else k.id) for k in kinds
+                      if isinstance(k, (ast.Name, ast.Attribute)) and (k.attr if isinstance(k, ast.Attribute) else k.id) in classes]
+    return found
+
+
+def test_mbrl_checks_no_agent_class():
+    classes = agent_classes() - {"ObsScale"}  # a value type of the networks, not an agent
+    assert {"SACNAgent", "BC", "Neubay", "AlgorithmEntry"} <= classes
+    found = [f"{path.relative_to(ROOT)}:{line}: isinstance(..., {name})" for path in sorted((ROOT / "mbrl").rglob("*.py"))
+             for line, name in isinstance_checks_in(path.read_text(), classes)]
+    assert not found, "\n".join(found)
+    assert isinstance_checks_in("isinstance(a, (int, agents.SACNAgent))", classes) == [(1, "SACNAgent")]

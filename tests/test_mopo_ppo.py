@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
@@ -14,8 +15,13 @@ from flax import struct
 from mbrl import config as config_io
 from mbrl import datasets
 from mbrl.core.errors import ConfigError
+from mbrl.imagination import OnPolicyImagination
 from mbrl.population import train_population
+from mbrl.train import run
+from mbrl.trainer import trainer_for
 from mbrl.world_models.base import MarkovModel, StepOutput
+from mbrl.world_models.model import Normalizer
+from mbrl.world_models.recurrent import RecurrentConfig, RecurrentWorldModel, init_params
 
 TINY = {
     "ppo": {"hidden_sizes": [16, 16], "learning_epochs": 2, "minibatches": 4},
@@ -90,9 +96,6 @@ class HistoryProbe:
 
 
 def test_imagination_starts_after_a_whole_history_of_one_episode(hopper_tiny_path):
-    from mbrl.imagination import OnPolicyImagination
-    from mbrl.trainer import trainer_for
-
     config = tiny(hopper_tiny_path)
     dataset = datasets.load(hopper_tiny_path)
     part = trainer_for(config, dataset.info.obs_dim, dataset.info.act_dim).part
@@ -114,12 +117,6 @@ def test_imagination_starts_after_a_whole_history_of_one_episode(hopper_tiny_pat
 
 
 def test_an_algorithm_that_imagines_from_single_states_refuses_a_recurrent_model(hopper_tiny_path, tmp_path):
-    import jax
-
-    from mbrl.train import run
-    from mbrl.world_models.model import Normalizer
-    from mbrl.world_models.recurrent import RecurrentConfig, RecurrentWorldModel, init_params
-
     config = RecurrentConfig(num_heads=2, gru_layers=1, gru_hidden=4, head_hidden=(4,), history=2, forecast=2)
     model = RecurrentWorldModel(params=init_params(jax.random.PRNGKey(0), config, 14, 12),
                                 input_norm=Normalizer(jnp.zeros(14), jnp.ones(14)),

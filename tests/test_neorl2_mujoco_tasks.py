@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gymnasium as gym
 import jax
+import mujoco
 import numpy as np
 import pytest
 
@@ -87,8 +88,6 @@ def test_cheetah_step_from_file_state_reproduces_next_obs():
 
 
 def test_hopper_step_from_file_state_reproduces_next_obs():
-    import mujoco
-
     a = neorl2_arrays(HOPPER_FILES[0])
     env = mt.RandomFrictionHopperEnv()
     env.reset(seed=0)

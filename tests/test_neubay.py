@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 from mbrl.core.tanh_gaussian import sample_tanh_gaussian
-from mbrl.agents.neubay import Encoder, NeubayConfig
+from mbrl.agents.neubay import Encoder, Neubay, NeubayConfig
 from mbrl import config as config_io
 from mbrl.core import sequence_replay
 from mbrl.config import ScheduleConfig, TrainConfig
@@ -24,6 +24,8 @@ from mbrl.imagination import ExploringPolicy, posterior_members, start_steps
 from mbrl.trainer import Trainer, hypers_of
 from mbrl.core.types import Transitions
 from mbrl.core.types import PolicyInput
+from mbrl.world_models.ensemble import EnsembleConfig, GaussianEnsemble, init_params
+from mbrl.world_models.model import Normalizer, WorldModel
 from mbrl.world_models.rollout import warm_up
 
 OBS, ACT, HORIZON = 4, 2, 24
@@ -77,9 +79,6 @@ def _collect(trainer, agent_state, tape, real, model, key):
 def _world_model():
     """A real 5-member LayerNorm ensemble (fresh weights) whose reward is 0.01 x the member's index, so a
     rollout shows the member behind each step; its 4 elites are members 0, 1, 3, 4."""
-    from mbrl.world_models.ensemble import EnsembleConfig, GaussianEnsemble, init_params
-    from mbrl.world_models.model import Normalizer, WorldModel
-
     config = EnsembleConfig(num_members=5, num_elites=4, hidden_dims=(16, 16), layer_norm=True)
     params = init_params(GaussianEnsemble(config, OBS + 1), jax.random.PRNGKey(7), OBS + ACT)
     out = params["params"]["dense_2"]
@@ -252,8 +251,6 @@ def test_one_update_gives_finite_values_and_changes_every_part(trainer, real, ag
 
 
 def test_actor_bc_term_equals_a_direct_computation_on_the_real_training_steps(trainer, real, agent_state):
-    from mbrl.agents.neubay import Neubay
-
     coef = 0.7
     anchored = Neubay(dataclasses.replace(TINY, actor_bc_coef=coef), OBS, ACT)
     batch = sequence_replay.sample(real, jax.random.PRNGKey(5), TINY.num_sequences, TINY.sequence_length,

@@ -3,6 +3,7 @@ reward, ranks them, and `mbrl ope` judges a real run directory from its data, wi
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import jax
@@ -11,10 +12,18 @@ import numpy as np
 import pytest
 import scipy.linalg
 
+from mbrl import config as config_io
 from mbrl.cli import main
+from mbrl.commands.train import selection_summary
+from mbrl.config import SelectConfig
+from mbrl.core.errors import DatasetError
 from mbrl.core.types import Transitions
+from mbrl.export_run import load_policy_from_run
 from mbrl.ope.fqe import FQEConfig
 from mbrl.ope.judged import JudgedPolicy, fqe_of
+from mbrl.train import load_run, run
+
+from test_end_to_end import tiny_config
 
 A = np.array([[0.9, 0.1], [0.0, 0.9]])
 B = np.array([[0.0], [0.1]])
@@ -81,8 +90,6 @@ def test_fqe_ranks_policies_of_clearly_different_value(fits):
 
 
 def test_an_empty_holdout_is_refused():
-    from mbrl.core.errors import DatasetError
-
     train, starts = linear_system(4, 10, seed=0)
     with pytest.raises(DatasetError, match="held-out data is empty"):
         fqe_of(JudgedPolicy(lambda obs: obs[:, :1], 2, 1, "p"), train, train.slice(np.arange(0)), starts, FQE)
@@ -93,9 +100,6 @@ def test_an_empty_holdout_is_refused():
 
 @pytest.fixture(scope="module")
 def bc_run(hopper_tiny_path, tmp_path_factory):
-    from mbrl import config as config_io
-    from mbrl.train import run
-
     config = config_io.build("bc", str(hopper_tiny_path), "quick", {
         "bc": {"hidden_sizes": [32, 32], "batch_size": 32},
         "schedule": {"epochs": 1, "updates_per_epoch": 50, "eval_every": 1, "eval_episodes": 1},
@@ -162,11 +166,6 @@ def test_an_export_is_judged_in_a_given_world_model_as_its_run_is(bc_run, hopper
 
 
 def test_select_checkpoint_fqe_exports_the_checkpoint_fqe_prefers(hopper_tiny_path, bc_run, tmp_path, capsys):
-    from mbrl import config as config_io
-    from mbrl.commands.train import selection_summary
-    from mbrl.export_run import load_policy_from_run
-    from mbrl.train import load_run, run
-
     assert not (bc_run / "selected.json").exists()  # the default: the last checkpoint, nothing chosen
     config = config_io.build("bc", str(hopper_tiny_path), "quick", {
         "bc": {"hidden_sizes": [32, 32], "batch_size": 32},
@@ -188,14 +187,6 @@ def test_select_checkpoint_model_takes_the_checkpoint_the_model_rates_best(hoppe
                                                                            capsys):
     """`--select.by model`: each checkpoint judged by its greedy return in the run's world model (the elites' mean
     less their spread); the chosen one is the best, and the last one's value is `mbrl ope`'s model estimate."""
-    from mbrl.commands.train import selection_summary
-    from mbrl.train import run
-    from test_end_to_end import tiny_config
-
-    import dataclasses
-
-    from mbrl.config import SelectConfig
-
     config = tiny_config("mopo", str(hopper_tiny_path))
     config = dataclasses.replace(
         config, schedule=dataclasses.replace(config.schedule, epochs=3, updates_per_epoch=20, eval_every=1, eval_episodes=1),

@@ -15,7 +15,7 @@ import pytest
 from mbrl.core.errors import ConfigError, DatasetError, UserError
 from mbrl.core.types import DatasetInfo, OfflineDataset, Transitions
 from mbrl.world_models.ensemble import EnsembleConfig
-from mbrl.world_models.fit import FitConfig, fit_world_model
+from mbrl.world_models.fit import FitConfig, fit_world_model, model_inputs
 from mbrl.world_models.metrics import history_holdout_metrics, open_loop_errors
 from mbrl.world_models.recurrent import RecurrentConfig, RecurrentWorldModel, load_model
 from mbrl.world_models.recurrent_fit import RecurrentFitConfig, fit_recurrent_model
@@ -156,8 +156,6 @@ def test_bad_input_is_refused_with_the_field(data):
 def test_held_out_data_is_the_holdout_and_every_training_episode_is_fitted(data):
     """A dataset with a -val file (NeoRL-2): RWM-U fits every train episode; its holdout and eval episodes are the
     val file's."""
-    from mbrl.world_models.fit import model_inputs
-
     train = dataclasses.replace(data, heldout=oscillator(episodes=20, seed=5))
     model = fit_recurrent_model(train, config=TINY_RWM, fit_config=dataclasses.replace(TINY_FIT, max_epochs=1),
                                 progress=False).model

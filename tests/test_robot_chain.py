@@ -19,6 +19,8 @@ import pytest
 
 import cart_robot
 from mbrl.cli import main
+from mbrl.datasets import load
+from mbrl.export import PolicySpec, export_policy
 
 TESTS = Path(__file__).parent
 DEPLOY_EPISODES = 10
@@ -80,7 +82,6 @@ def test_import_train_export_deploy_beats_the_logging_policy_then_finetune(robot
     assert main(["data", "import", str(table), "--task", str(declaration), "--out", str(data), "--json"]) == 0
     summary = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert summary["episodes"] == 40 and summary["transitions"] == 40 * cart_robot.STEPS
-    from mbrl.datasets import load
 
     dataset = load(data)  # the task comes with the dataset: no --task from here on
     assert dataset.info.task == "cart"
@@ -123,8 +124,6 @@ def test_import_train_export_deploy_beats_the_logging_policy_then_finetune(robot
 
 def test_a_robot_whose_bounds_differ_from_the_declaration_is_refused(robot_logs, tmp_path, capsys):
     """The server's SPEC says [-2, 2]; the export was declared for [-1, 1]: one line, exit 2, nothing sent."""
-    from mbrl.export import PolicySpec, export_policy
-
     declaration, _, _ = robot_logs
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(TESTS), os.environ.get("PYTHONPATH", "")])}
     wide = tmp_path / "wide.toml"
@@ -153,7 +152,6 @@ def test_serve_wraps_the_users_class_over_ros2(robot_logs, loopback_dds, tmp_pat
     """The same robot behind `serve --robot ros2:PREFIX` (DDS, no ROS installation): a proportional controller
     exported for the declared task runs whole episodes whose returns are the in-process robot's."""
     pytest.importorskip("cyclonedds", reason="the ros2 extra is not installed: pip install 'offline-mbrl[ros2]'")
-    from mbrl.export import PolicySpec, export_policy
 
     declaration, _, _ = robot_logs
     prefix = f"/cart_{os.getpid()}"

@@ -6,6 +6,7 @@ The robot is tests/cart_robot.py, which no registry knows.
 
 from __future__ import annotations
 
+import subprocess
 import sys
 from pathlib import Path
 
@@ -14,6 +15,8 @@ import pytest
 
 import cart_robot
 from mbrl.cli import main
+from mbrl.datasets import load
+from mbrl.envs.tasks import get_task
 
 TESTS = Path(__file__).parent
 
@@ -42,9 +45,6 @@ def one_line_error(capsys) -> str:
 
 
 def test_a_declaration_is_a_task_with_its_names_units_bounds_rate_and_reward(cart_files):
-    from mbrl.envs.tasks import get_task
-    from mbrl.datasets import load
-
     declaration, data, episodes = cart_files
     task = get_task(str(declaration))
     assert (task.name, task.obs_dim, task.act_dim, task.control_hz, task.max_episode_steps) == ("cart", 2, 1, 50.0, 100)
@@ -62,8 +62,6 @@ def test_a_declaration_is_a_task_with_its_names_units_bounds_rate_and_reward(car
 
 
 def test_a_declaration_in_the_data_dir_is_found_by_name(cart_files, tmp_path, monkeypatch):
-    from mbrl.envs.tasks import get_task
-
     declaration, _, _ = cart_files
     (tmp_path / "tasks").mkdir()
     text = cart_robot.DECLARATION.replace('name = "cart"', 'name = "cart2"')
@@ -105,8 +103,6 @@ def test_a_bad_declaration_is_one_line_and_exit_2(cart_files, tmp_path, capsys, 
 
 
 def test_serve_refuses_a_class_that_does_not_import(tmp_path):
-    import subprocess
-
     result = subprocess.run([sys.executable, "-m", "mbrl.envs.robots.serve", "--step", "cart_robot:NoSuchRobot",
                              "--robot", "udp://127.0.0.1:0"], capture_output=True, text=True, timeout=60,
                             env={"PYTHONPATH": str(TESTS), "PATH": "/usr/bin:/bin"})

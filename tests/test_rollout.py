@@ -13,6 +13,8 @@ from mbrl.core import replay
 from mbrl.core.errors import ConfigError
 from mbrl.core.types import Transitions
 from mbrl.world_models.base import MarkovModel, StepOutput
+from mbrl.world_models.ensemble import EnsembleConfig, GaussianEnsemble, init_params
+from mbrl.world_models.model import Normalizer, WorldModel
 from mbrl.world_models.rollout import (
     MarkovPolicy,
     RecurrentStart,
@@ -421,9 +423,6 @@ def test_bad_options_raise_config_errors(system, start_obs):
 
 def test_the_fitted_model_class_rolls_out_under_a_data_quantile_threshold():
     """Protocol check against the real `WorldModel` (tiny, untrained): NEUBAY's configuration."""
-    from mbrl.world_models.ensemble import EnsembleConfig, GaussianEnsemble, init_params
-    from mbrl.world_models.model import Normalizer, WorldModel
-
     config = EnsembleConfig(num_members=4, num_elites=2, hidden_dims=(8, 8))
     model = WorldModel(
         params=init_params(GaussianEnsemble(config, OBS + 1), jax.random.PRNGKey(0), OBS + ACT),

@@ -14,14 +14,20 @@ import threading
 import time
 from pathlib import Path
 
+import gymnasium
+import jax
 import numpy as np
 import pytest
+
+from mbrl.evaluate import evaluate
+from mbrl.export import policy_function
 
 pytest.importorskip("cyclonedds", reason="cyclonedds is not installed: pip install 'offline-mbrl[ros2]'")
 pytest.importorskip("onnxruntime", reason="the onnx extra is not installed: pip install 'offline-mbrl[onnx]'")
 
 from mbrl.envs.robots.dds import DdsRobot, parse_segments  # noqa: E402
 from mbrl.envs.robots.protocol import RobotError  # noqa: E402
+from mbrl.envs.robots.ros2_types import Float64MultiArray, MultiArrayDimension, segmented  # noqa: E402
 from mbrl.cli import main  # noqa: E402
 
 EPISODE_STEPS = 60
@@ -63,11 +69,6 @@ def _events(path):
 
 
 def test_dds_deploy_reproduces_in_process_evaluation(export_dir, dds_node, tmp_path, capsys):
-    import jax
-
-    from mbrl.evaluate import evaluate
-    from mbrl.export import policy_function
-
     path, spec = export_dir
     prefix, _ = dds_node
     log = tmp_path / "dds.jsonl"
@@ -91,8 +92,6 @@ def test_dds_deploy_reproduces_in_process_evaluation(export_dir, dds_node, tmp_p
 def test_repeats_are_answered_without_acting_twice(dds_node):
     """A duplicate action does not step the env twice; a malformed action is refused; after stop actions are ignored
     until the next reset; a retried request (same stamp) is acted on once; a request the robot refuses is a RobotError."""
-    import gymnasium
-
     prefix, events = dds_node
     robot = DdsRobot(prefix, 11, -np.ones(3), np.ones(3), obs_timeout=1.0)
     robot.connect()
@@ -139,8 +138,6 @@ def test_repeats_are_answered_without_acting_twice(dds_node):
 
 
 def test_observation_that_does_not_fit_its_layout_is_a_robot_error():
-    from mbrl.envs.robots.ros2_types import Float64MultiArray, MultiArrayDimension, segmented
-
     topic = "rt/robot/observation"
     message = segmented([("observation", [0.0] * 11), ("reward", [1.0]), ("step", [4])])
     assert parse_segments(message, topic, 11)["step"] == 4

@@ -18,6 +18,8 @@ import textwrap
 import jax
 import numpy as np
 
+from mbrl.train import load_run
+
 CHILD = textwrap.dedent("""
     import json, os, signal, sys
     import jax, jax.numpy as jnp, numpy as np
@@ -119,8 +121,6 @@ def test_a_sharded_population_trains_as_the_unsharded_one(hopper_tiny_path, tmp_
     close(records[-1]["eval"]["return_mean"][1], final_eval["return_mean"][1], "run eval", rtol=1e-4, atol=1e-3)
 
     # The 4-device run's checkpoint loads in this one-device process.
-    from mbrl.train import load_run
-
     loaded = load_run(tmp_path / "run")
     assert loaded.record["epoch"] == epochs
     for k, leaf in zip(sharded.files, jax.tree.leaves(loaded.actor_params(1))):

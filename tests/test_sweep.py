@@ -21,6 +21,7 @@ import pytest
 
 from mbrl import config as config_io
 from mbrl.cli import main
+from mbrl.ope.holdout import split_holdout
 from mbrl.sweep import objective
 
 TINY = [
@@ -242,7 +243,7 @@ def test_the_holdout_takes_whole_episodes(hopper_tiny_path):
     from mbrl import datasets
 
     dataset = datasets.load(hopper_tiny_path)
-    train, heldout = objective.split_holdout(dataset, 0.25, seed=0)
+    train, heldout = split_holdout(dataset, 0.25, seed=0)
     lengths = dataset.episode_lengths()
     assert len(train) + len(heldout) == len(dataset)
     assert train.num_episodes == dataset.num_episodes - round(0.25 * dataset.num_episodes)
@@ -271,6 +272,6 @@ def test_the_heldout_td_error_is_the_critics_td_error_alone(hopper_tiny_path):
     trainer = trainer_for(config, dataset.info.obs_dim, dataset.info.act_dim)
     members = [member_config(config, {"sac": {"eta": eta}}) for eta in (1.0, 50.0)]
     state = trainer.initial_state([0, 0], [hypers_of(c) for c in members])
-    _, heldout = objective.split_holdout(dataset, 0.3)
+    _, heldout = split_holdout(dataset, 0.3)
     td = objective.heldout_td_errors(trainer, state, heldout, rows=64)
     assert td[0] == pytest.approx(td[1], rel=1e-6) and td[0] > 0

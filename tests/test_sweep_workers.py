@@ -25,10 +25,19 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
+import optuna
 import pytest
+import sqlalchemy
+
+from mbrl import config as config_io, datasets
+from mbrl.core.errors import ConfigError
+from mbrl.envs.tasks import TASKS
+from mbrl.sweep import engine, space as space_io
+from mbrl.world_models.fit import fit_world_model
 
 from test_sweep import SPACE, TINY as TINY_ARGS  # the base of every trial: tiny sizes, one compiled program
 
@@ -77,7 +86,7 @@ def postgres_url():
         started = done.returncode == 0
         log = (root / "server.log").read_text() if (root / "server.log").exists() else ""
         assert started, f"pg_ctl start failed:\n{done.stdout}\n{done.stderr}\n{log}"
-        import psycopg
+        import psycopg  # optional: the postgres extra
 
         with psycopg.connect(f"postgresql://{user}@127.0.0.1:{port}/postgres", autocommit=True) as conn:
             conn.execute("CREATE DATABASE sweeps")
@@ -101,16 +110,12 @@ def _driver_url(url: str) -> str:
 @functools.cache
 def _storage(url: str):
     """The test's own reader of the storage (one, not one per poll: the server has 100 connections)."""
-    import optuna
-
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     return optuna.storages.RDBStorage(_driver_url(url))
 
 
 def _trials(url: str, study: str):
     """The study's trials as Optuna reads them back ([] before a worker created it)."""
-    import optuna
-
     try:
         return optuna.load_study(study_name=study, storage=_storage(url)).get_trials(deepcopy=False)
     except KeyError:
@@ -119,8 +124,6 @@ def _trials(url: str, study: str):
 
 def _heartbeats(url: str, trial_ids: list[int]) -> int:
     """How many of these trials have a heartbeat recorded (Optuna's table; a trial without one never goes stale)."""
-    import sqlalchemy
-
     with _storage(url).engine.connect() as conn:
         return conn.execute(sqlalchemy.text("SELECT count(*) FROM trial_heartbeats WHERE trial_id = ANY(:ids)"),
                             {"ids": list(trial_ids)}).scalar_one()
@@ -140,11 +143,6 @@ def _identity_written(url: str, study: str) -> bool:
 @pytest.fixture(scope="module")
 def world_model_dir(hopper_tiny_path, tmp_path_factory):
     """One world model of TINY_ARGS' ensemble and fit settings, passed to every worker as --world-model."""
-    from mbrl.envs.tasks import TASKS
-    from mbrl import config as config_io
-    from mbrl import datasets
-    from mbrl.world_models.fit import fit_world_model
-
     config = config_io.build("mopo", str(hopper_tiny_path), "quick", {
         "ensemble": {"num_members": 3, "num_elites": 2, "hidden_dims": [32, 32]}, "fit": {"max_epochs": 2}})
     result = fit_world_model(datasets.load(hopper_tiny_path), config=config.ensemble, fit_config=config.fit,
@@ -269,13 +267,7 @@ def test_a_killed_workers_trials_are_run_again_by_the_next_worker(sweep, postgre
 
 
 def test_workers_opening_a_fresh_database_at_once_all_get_the_storage(postgres_url):
-    import threading
-
-    import psycopg
-    import sqlalchemy
-
-    from mbrl.core.errors import ConfigError
-    from mbrl.sweep import engine
+    import psycopg  # optional: the postgres extra
 
     admin = sqlalchemy.engine.make_url(postgres_url).set(database="postgres").render_as_string(hide_password=False)
     with psycopg.connect(admin, autocommit=True) as conn:
@@ -302,9 +294,6 @@ def test_workers_opening_a_fresh_database_at_once_all_get_the_storage(postgres_u
 
 
 def test_a_trial_asked_and_never_trained_goes_stale(postgres_url, hopper_tiny_path, tmp_path):
-    from mbrl import config as config_io
-    from mbrl.sweep import engine, space as space_io
-
     (tmp_path / "space.toml").write_text(SPACE)
     base = config_io.build("mopo", str(hopper_tiny_path), "quick", {"logging": {"progress": False}})
     settings = engine.Settings(

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import ast
 import dataclasses
+from pathlib import Path
 
 import gymnasium
 import jax
@@ -10,9 +12,10 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from mbrl.envs.tasks import TASKS, Task, get_task, task_for_env_id
+from mbrl.datasets import load
+from mbrl.envs.tasks import TASKS, Task, get_task, make_task, register, task_for_env_id
 from mbrl.core.errors import ConfigError
-from mbrl.core.types import TASK_SPECS
+from mbrl.core.types import TASK_SPECS, TaskSpec
 
 TRANSITIONS_PER_TASK = 5_000
 # The MuJoCo benchmarks, whose health checks are tested against the env's own `is_healthy`; NeoRL-2's tasks are
@@ -219,10 +222,6 @@ def test_neorl2_tasks_are_entries_with_their_rules_names_and_simulator(task_name
 
 def test_a_task_registered_later_is_an_entry_like_the_others(tmp_path):
     """The registry is open: a robot's task (spec and rules) registers, then its data load for it."""
-    from mbrl.envs.tasks import make_task, register
-    from mbrl.core.types import TaskSpec
-    from mbrl.datasets import load
-
     spec = TaskSpec("test-arm", None, 2, 1, -0.5, 0.5, 50, ref_min_score=0.0, ref_max_score=10.0, suite="robot")
     task = register(make_task(spec, reward_fn=lambda obs, action, next_obs: -jnp.abs(next_obs[..., 0])))
     try:
@@ -249,17 +248,19 @@ PROGRAM_MODULES = ("mbrl/train.py", "mbrl/trainer.py", "mbrl/population.py", "mb
 
 def test_no_task_is_named_by_the_agents_the_world_models_or_the_training_program():
     """Tasks are data: agents, world models and the program that wires them never name one. Presets are the
-    exception by design, data keyed by dataset (hopper-medium) or, for NeoRL-2's one-dataset tasks, by task."""
-    import ast
-    from pathlib import Path
-
+    exception by design, data keyed by dataset (hopper-medium) or, for NeoRL-2's one-dataset tasks, by task: the
+    keys of a module-level table (`NEORL2 = {"dmsd": ...}`) and files named `*presets.py`."""
     root = Path(__file__).resolve().parents[1]
     names = {name.lower() for name in TASK_SPECS}
     files = [p for layer in LOWER_LAYERS for p in (root / layer).rglob("*.py") if not p.name.endswith("presets.py")]
     files += [root / p for p in PROGRAM_MODULES]
     found = []
     for path in files:
-        for node in ast.walk(ast.parse(path.read_text())):
-            if isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value.lower() in names:
+        tree = ast.parse(path.read_text())
+        table_keys = {id(key) for stmt in tree.body if isinstance(stmt, (ast.Assign, ast.AnnAssign))
+                      and isinstance(stmt.value, ast.Dict) for key in stmt.value.keys}
+        for node in ast.walk(tree):
+            if (isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value.lower() in names
+                    and id(node) not in table_keys):
                 found.append(f"{path.relative_to(root)}:{node.lineno} {node.value!r}")
     assert not found, found

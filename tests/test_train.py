@@ -41,7 +41,7 @@ TINY = {
 
 def tiny_config(algo="mopo", dataset="hopper-tiny.hdf5", **top):
     """TINY's sections that `algo` reads (another algorithm's options are refused)."""
-    own = set(registry.entry(algo).sections) | set(registry.COMMON_SECTIONS)
+    own = set(registry.entry(algo).reads) | set(registry.COMMON_SECTIONS)
     return config_io.build(algo, dataset, "quick", {**{k: v for k, v in TINY.items() if k in own}, **top})
 
 
@@ -391,8 +391,8 @@ def test_per_seed_world_models_are_fitted_and_stacked(dataset, dataset_path, tmp
 
 def test_diagnose_agent_probes_the_model_along_the_policys_real_episodes(dataset_path, world_model_dir, capsys,
                                                                          load_script):
-    """scripts/diagnose_agent.py: one JSON line for the data, one per probe; a missing model exits 2."""
-    diagnose = load_script("diagnose_agent")
+    """scripts/experiments/diagnose_agent.py: one JSON line for the data, one per probe; a missing model exits 2."""
+    diagnose = load_script("experiments/diagnose_agent")
     np.testing.assert_allclose(diagnose.discounted_to_go(np.array([1.0, 1.0, 1.0]), 0.5), [1.75, 1.5, 1.0])
     tiny = ["sac.num_critics=2", "sac.hidden_sizes=[32,32]", "sac.batch_size=32", "schedule.updates_per_epoch=10",
             "imagination.rollouts_per_epoch=64", "imagination.horizon=3", "imagination.retain_epochs=2"]
@@ -450,8 +450,8 @@ def test_reproduce_writes_the_table_reuses_a_placed_model_and_skips_finished_run
 
 def test_imagined_horizon_compares_a_shipped_policy_in_mujoco_and_in_the_model(dataset_path, world_model_dir, capsys,
                                                                                load_script):
-    """scripts/imagined_horizon.py: NEUBAY's starts, the real env set to each start, and the model's cases."""
-    probe = load_script("imagined_horizon")
+    """scripts/experiments/imagined_horizon.py: NEUBAY's starts, the real env set to each start, and the model's cases."""
+    probe = load_script("experiments/imagined_horizon")
     probe.main(["--dataset", str(dataset_path), "--world-model", str(world_model_dir), "--policy", "expert",
                 "--trajectories", "6", "--horizon", "40", "--threshold-rows", "300"])
     lines = [json.loads(line) for line in capsys.readouterr().out.splitlines()]

@@ -14,8 +14,10 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from mbrl.core.errors import DatasetError, UserError
+from mbrl.cli import main
+from mbrl.core.errors import ConfigError, DatasetError, UserError
 from mbrl.core.types import DatasetInfo, OfflineDataset, Transitions
+from mbrl.datasets import SAMPLE_PATH
 from mbrl.world_models.ensemble import EnsembleConfig, GaussianEnsemble
 from mbrl.world_models.fit import FitConfig, fit_ensemble, fit_world_model, member_holdout_mse
 from mbrl.world_models.metrics import holdout_metrics, open_loop_errors
@@ -352,8 +354,6 @@ def test_fit_refuses_non_finite_data(data):
 
 
 def test_configs_refuse_bad_options():
-    from mbrl.core.errors import ConfigError
-
     with pytest.raises(ConfigError, match=r"ensemble\.num_elites: .*\[1, num_members=3\], found 4"):
         EnsembleConfig(num_members=3, num_elites=4)
     with pytest.raises(ConfigError, match=r"ensemble\.weight_decays: expected one value per dense layer \(3"):
@@ -399,9 +399,6 @@ def test_learned_termination_head_predicts_terminals(fitted, holdout):
 
 
 def test_model_fit_and_eval_commands(tmp_path, capsys):
-    from mbrl.cli import main
-    from mbrl.datasets import SAMPLE_PATH
-
     out = tmp_path / "hopper-model"
     code = main(
         ["model", "fit", "--dataset", str(SAMPLE_PATH), "--out", str(out), "--fit.max-epochs", "3",

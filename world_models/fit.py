@@ -23,6 +23,8 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 from flax import struct
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from mbrl.core.early_stopping import EarlyStopping
 from mbrl.core.errors import ConfigError, DatasetError
@@ -290,9 +292,6 @@ def split_rows(n: int, episode_starts: np.ndarray | None, config: FitConfig, rng
 
 
 def fit_progress(enabled: bool, total: int | None):
-    from rich.console import Console
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
     columns = [TextColumn("[bold]fitting dynamics[/]"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn()]
     columns.append(TextColumn("{task.fields[status]}"))
     return Progress(*columns, console=Console(stderr=True), disable=not enabled, transient=False)

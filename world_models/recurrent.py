@@ -36,7 +36,10 @@ from flax import struct
 from mbrl.core.errors import ConfigError, UserError
 from mbrl.world_models.base import StepOutput
 from mbrl.world_models.ensemble import soft_clamp
-from mbrl.world_models.model import ModelInfo, Normalizer, read_model_meta, restore_model_arrays, sample_step, save_model_dir
+from mbrl.world_models.model import (
+    FORMAT as MLP_FORMAT, ModelInfo, Normalizer, WorldModel, read_model_meta, restore_model_arrays, sample_step,
+    save_model_dir,
+)
 from mbrl.world_models.uncertainty import get_measure
 
 FORMAT = "mbrl-recurrent-world-model"
@@ -284,9 +287,6 @@ class RecurrentWorldModel:
 
 def load_model(path: str | os.PathLike, termination_fn: Callable | None = None, reward_fn: Callable | None = None):
     """A saved world model of either kind, by the format its model.json names."""
-    from mbrl.world_models.model import FORMAT as MLP_FORMAT
-    from mbrl.world_models.model import WorldModel
-
     meta = read_model_meta(Path(path))
     if meta.get("format") == FORMAT:
         return RecurrentWorldModel.load(path, termination_fn, reward_fn)

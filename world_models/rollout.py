@@ -39,6 +39,7 @@ from flax import struct
 
 from mbrl.core.errors import ConfigError
 from mbrl.core.types import PolicyInput, Transitions
+from mbrl.world_models.uncertainty import MEASURES
 
 MEMBER_MODES = ("per_sample", "per_trajectory")
 MEMBER_POOLS = ("elites", "all")
@@ -77,10 +78,6 @@ class RolloutConfig:
                 raise ConfigError(f"RolloutConfig.{name}: expected one of {allowed}, found {getattr(self, name)!r}")
         if self.batch_chunk is not None and self.batch_chunk < 1:
             raise ConfigError(f"RolloutConfig.batch_chunk: expected a positive int or None, found {self.batch_chunk}")
-        try:
-            from mbrl.world_models.uncertainty import MEASURES
-        except ImportError:  # the measures module is optional for analytic models
-            return
         if self.uncertainty not in MEASURES:
             raise ConfigError(
                 f"RolloutConfig.uncertainty: expected one of {sorted(MEASURES)}, found {self.uncertainty!r}"

@@ -12,6 +12,8 @@ from collections.abc import Callable
 import jax
 import jax.numpy as jnp
 
+from mbrl.core.errors import ConfigError
+
 
 def aleatoric_max(means: jax.Array, stds: jax.Array) -> jax.Array:
     """max over members of ‖σ_m‖₂: MOPO's penalty (Yu et al. 2020, "MOPO: Model-based Offline Policy Optimization")."""
@@ -67,8 +69,6 @@ MEASURES: dict[str, Callable[[jax.Array, jax.Array], jax.Array]] = {
 
 
 def get_measure(name: str) -> Callable[[jax.Array, jax.Array], jax.Array]:
-    from mbrl.core.errors import ConfigError
-
     try:
         return MEASURES[name]
     except KeyError:

@@ -16,6 +16,8 @@ from __future__ import annotations
 import gymnasium as gym
 import jax.numpy as jnp
 import numpy as np
+from gymnasium.envs.mujoco.half_cheetah_v5 import HalfCheetahEnv
+from gymnasium.envs.mujoco.hopper_v5 import HopperEnv
 
 # ----------------------------------------------------------------------------------------------------
 # RandomFrictionHopper
@@ -105,7 +107,6 @@ class RandomFrictionHopperEnv(gym.Env):
                  render_mode: str | None = None):
         if mode not in ("train", "test"):
             raise ValueError(f"mode must be 'train' or 'test', not {mode!r}")
-        from gymnasium.envs.mujoco.hopper_v5 import HopperEnv
 
         self.mode = mode
         self.random_friction = bool(random_friction)
@@ -237,7 +238,6 @@ class SafetyHalfCheetahEnv(gym.Env):
     def __init__(self, mode: str = "train", render_mode: str | None = None):
         if mode not in ("train", "test"):
             raise ValueError(f"mode must be 'train' or 'test', not {mode!r}")
-        from gymnasium.envs.mujoco.half_cheetah_v5 import HalfCheetahEnv
 
         self.mode = mode
         self._sim = HalfCheetahEnv(exclude_current_positions_from_observation=False, render_mode=render_mode)

@@ -140,6 +140,7 @@ class RocketRecoveryEnv(gym.Env):
     def __init__(self, mode: str = "train"):
         if mode not in WIND_POWER:
             raise ValueError(f"mode must be 'train' or 'test', got {mode!r}")
+        # lazy: mbrl.envs.tasks imports this module for its jax reward and termination; only the env needs Box2D
         import Box2D  # noqa: F401  (fails here, not mid-episode, where the box2d package is missing)
 
         self.mode = mode
@@ -161,7 +162,7 @@ class RocketRecoveryEnv(gym.Env):
         self._legs = []
 
     def _build(self, push: tuple[float, float]) -> None:
-        from Box2D.b2 import edgeShape, fixtureDef, polygonShape, revoluteJointDef
+        from Box2D.b2 import edgeShape, fixtureDef, polygonShape, revoluteJointDef  # lazy: as in __init__
 
         self._destroy()
         # NeoRL2 rocketrecovery.py reset: an edge along y = 0 and the terrain, flat at the pad's height.

@@ -38,6 +38,7 @@ import gymnasium as gym
 import jax
 import jax.numpy as jnp
 import numpy as np
+from scipy.integrate import ode
 
 _HERE = Path(__file__).resolve().parent
 
@@ -296,8 +297,6 @@ class SimglucoseEnv(gym.Env):
 
     # -- gymnasium API ---------------------------------------------------------------------------------------
     def reset(self, *, seed: int | None = None, options: dict | None = None):
-        from scipy.integrate import ode
-
         super().reset(seed=seed)
         if seed is not None:
             self._rs = np.random.RandomState(seed)

@@ -42,6 +42,7 @@ when unacknowledged. `disconnect` deletes the participant, so a process can conn
 
 from __future__ import annotations
 
+import gc
 import importlib.util
 import os
 import re
@@ -327,6 +328,4 @@ class DdsRobot:
         for key in ("waitset", "obs_cond", "reply_cond", "obs", "reply", "action", "request", "topics", "participant"):
             d.pop(key)
         if participant() is not None:  # held by a reference cycle: collect it now
-            import gc
-
             gc.collect()

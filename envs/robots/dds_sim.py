@@ -22,17 +22,20 @@ import time
 
 import numpy as np
 
+from mbrl.envs.robots.dds import normalize_prefix
+from mbrl.envs.robots.stepper import GymStepper, serve_until_stopped
+
 
 class DdsSim:
     def __init__(self, stepper, prefix: str, stop_after: int | None = None, log_path: str | None = None):
+        # optional: cyclonedds, the ros2 extra (main() says so when it is missing)
         from cyclonedds.core import InstanceState, ReadCondition, SampleState, ViewState, WaitSet
         from cyclonedds.domain import DomainParticipant
         from cyclonedds.pub import DataWriter
         from cyclonedds.sub import DataReader
         from cyclonedds.topic import Topic
 
-        from mbrl.envs.robots import ros2_types as msg
-        from mbrl.envs.robots.dds import normalize_prefix
+        from mbrl.envs.robots import ros2_types as msg  # optional: imports cyclonedds (the ros2 extra)
 
         self.msg = msg
         self.prefix = normalize_prefix(prefix)
@@ -172,7 +175,6 @@ def main(argv: list[str] | None = None) -> int:
     except ImportError as exc:
         print(f"dds_sim: error: cannot import cyclonedds ({exc}); pip install 'offline-mbrl[ros2]'", file=sys.stderr)
         return 2
-    from mbrl.envs.robots.stepper import GymStepper, serve_until_stopped
 
     try:
         node = DdsSim(GymStepper(args.env, args.max_episode_steps), args.prefix, args.stop_after, args.log)

@@ -12,8 +12,11 @@ from __future__ import annotations
 import collections
 import time
 
+import gymnasium
+import mujoco
 import numpy as np
 
+import mbrl.envs.tasks  # noqa: F401  registers the tasks' Gymnasium ids (NeoRL2/DMSD-v0, ...)
 from mbrl.envs.robots.protocol import Observation, RobotError
 
 # mjtJoint: free 0, ball 1, slide 2, hinge 3.
@@ -51,10 +54,6 @@ def _names(env, obs_dim: int, act_dim: int) -> tuple[list[str], list[str]]:
 
 
 def _make(env_id: str, **kwargs):
-    import gymnasium
-
-    import mbrl.envs.tasks  # noqa: F401  registers the tasks' Gymnasium ids (NeoRL2/DMSD-v0, ...)
-
     try:
         return gymnasium.make(env_id, **kwargs)
     except gymnasium.error.Error as exc:
@@ -84,8 +83,6 @@ def env_facts(env_id: str) -> dict:
 
 def _time_limit(env):
     """The TimeLimit wrapper around a Gymnasium env, if any (its step counter is part of an episode's state)."""
-    import gymnasium
-
     while env is not None:
         if isinstance(env, gymnasium.wrappers.TimeLimit):
             return env
@@ -190,8 +187,6 @@ class MujocoRobot:
         """The episode in progress as plain values: MuJoCo's whole integration state, the time limit's counter,
         the latency and delay queues and the noise generator, so that `restore` continues it bit for bit
         (an exact resume of fine-tuning mid-episode)."""
-        import mujoco
-
         raw = self._env().unwrapped
         if not hasattr(raw, "model") or not hasattr(raw, "data"):
             return None  # not a MuJoCo simulation (DMSD, Simglucose): a resume starts a new episode
@@ -213,8 +208,6 @@ class MujocoRobot:
     def restore(self, snapshot: dict) -> None:
         """Continue the episode of a `snapshot` (of a robot made with the same options); the next `observe`
         returns what it would have returned then."""
-        import mujoco
-
         if snapshot.get("env_id") != self.env_id:
             raise RobotError(f"{self.name}: a snapshot of {snapshot.get('env_id')!r} cannot be restored here")
         self.reset()

@@ -62,6 +62,7 @@ class Ros2Robot:
         return self._high
 
     def connect(self) -> None:
+        # optional: a ROS 2 installation's rclpy and messages (no pip package; __init__ checks for them)
         import rclpy
         from sensor_msgs.msg import JointState
         from std_msgs.msg import Float64MultiArray

@@ -20,21 +20,20 @@ from __future__ import annotations
 import argparse
 import sys
 
+from mbrl.envs.robots.dds_sim import DdsSim
+from mbrl.envs.robots.sim_server import SimServer
 from mbrl.envs.robots.stepper import GymStepper, Stepper, load_stepper, serve_until_stopped
+from mbrl.envs.robots.udp import parse_address
+from mbrl.envs.tasks import get_task
 
 
 def serve(stepper: Stepper, robot: str, *, stop_after: int | None = None, log: str | None = None) -> int:
     """Serve `stepper` at `robot` (udp://HOST:PORT or ros2:PREFIX) until SIGTERM; 0 on a clean exit."""
     if robot.startswith("udp://"):
-        from mbrl.envs.robots.sim_server import SimServer
-        from mbrl.envs.robots.udp import parse_address
-
         host, port = parse_address(robot, any_port=True)
         server = SimServer(stepper, host, port, stop_after=stop_after, log_path=log)
         return serve_until_stopped(server, f"listening on {server.address[0]}:{server.address[1]}")
     if robot.startswith("ros2:"):
-        from mbrl.envs.robots.dds_sim import DdsSim
-
         node = DdsSim(stepper, robot[len("ros2:"):], stop_after=stop_after, log_path=log)
         return serve_until_stopped(node, f"ready on ros2:{node.prefix}")
     raise ValueError(f"--robot {robot!r}: expected udp://HOST:PORT or ros2:PREFIX")
@@ -58,12 +57,10 @@ def main(argv: list[str] | None = None) -> int:
         else:
             task = None
             if args.task is not None:
-                from mbrl.envs.tasks import get_task
-
                 task = get_task(args.task)
             stepper = load_stepper(args.step, task)
         if args.robot.startswith("ros2:"):
-            import cyclonedds  # noqa: F401
+            import cyclonedds  # noqa: F401  optional: the ros2 extra
     except ImportError as exc:
         print(f"serve: error: cannot import cyclonedds ({exc}); pip install 'offline-mbrl[ros2]'", file=sys.stderr)
         return 2

@@ -20,6 +20,7 @@ import time
 
 import numpy as np
 
+from mbrl.envs.robots.stepper import GymStepper, serve_until_stopped
 from mbrl.envs.robots.udp import ACK, ACTION, BYE, ERROR, HELLO, MAX_DATAGRAM, OBS, RESET, SPEC, STOP, TERMINATED, TRUNCATED, Message
 
 
@@ -133,7 +134,6 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--stop-after", type=int, default=None, help="stop answering after N steps of an episode")
     parser.add_argument("--log", default=None, help="append events as JSON lines to this file")
     args = parser.parse_args(argv)
-    from mbrl.envs.robots.stepper import GymStepper, serve_until_stopped
 
     try:
         server = SimServer(GymStepper(args.env, args.max_episode_steps), args.host, args.port, args.stop_after, args.log)

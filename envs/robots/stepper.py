@@ -7,7 +7,11 @@ from __future__ import annotations
 import signal
 from typing import Any, Protocol, runtime_checkable
 
+import gymnasium
 import numpy as np
+
+import mbrl.envs.tasks  # noqa: F401  registers the tasks' Gymnasium ids (NeoRL2/DMSD-v0, ...)
+from mbrl.core.declaration import import_reference
 
 
 @runtime_checkable
@@ -31,10 +35,6 @@ class GymStepper:
     them (Hopper's control cost squares the action in that dtype)."""
 
     def __init__(self, env_id: str, max_episode_steps: int | None = None):
-        import gymnasium
-
-        import mbrl.envs.tasks  # noqa: F401  registers the tasks' Gymnasium ids (NeoRL2/DMSD-v0, ...)
-
         kwargs = {} if max_episode_steps is None else {"max_episode_steps": max_episode_steps}
         try:
             self.env = gymnasium.make(env_id, **kwargs)
@@ -118,7 +118,6 @@ def load_stepper(ref: str, task=None) -> UserStepper:
     module_name, sep, attr = ref.rpartition(":")
     if not sep or not module_name or not attr.isidentifier():
         raise ValueError(f"--step {ref!r}: expected module:Class, such as mypackage.robot:Robot")
-    from mbrl.core.declaration import import_reference
 
     try:
         factory = import_reference(ref)

@@ -33,6 +33,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from mbrl.core.errors import ConfigError
 from mbrl.envs.robots.protocol import Observation, RobotError
 
 MAGIC, VERSION = b"MBRL", 1
@@ -75,8 +76,6 @@ class Message:
 
 def parse_address(uri: str, any_port: bool = False) -> tuple[str, int]:
     """("host", port) from udp://HOST:PORT; `any_port` (a server's address) also takes port 0, any free one."""
-    from mbrl.core.errors import ConfigError
-
     rest = uri.removeprefix("udp://")
     host, _, port = rest.rpartition(":")
     lowest = 0 if any_port else 1

@@ -19,11 +19,15 @@ from typing import Annotated, Literal
 
 import numpy as np
 import tyro
+from rich.console import Console
+from rich.table import Table
 
 from mbrl.core.declaration import Declaration, is_declaration_path, read_declaration
 from mbrl.core.errors import ConfigError, DatasetError
 from mbrl.datasets import importers
 from mbrl.datasets.minari_io import DECLARATION_KEY
+from mbrl.datasets.validate import FLOAT32_MAX
+from mbrl.envs.lockstep import Episode
 
 
 @dataclasses.dataclass(frozen=True)
@@ -52,7 +56,7 @@ def import_logs(args: ImportArgs) -> int:
     out = Path(args.out).expanduser().absolute()
     if out.exists() and not args.force:
         raise ConfigError(f"--out {out}: already exists; pass --force to replace it")
-    from mbrl.envs.tasks import get_task  # noqa: PLC0415 (JAX)
+    from mbrl.envs.tasks import get_task  # lazy: 0.36 s more for `mbrl data import --help` (measured)
 
     task = get_task(str(decl.path))
     imported = importers.read(args.source, decl, args.format)
@@ -68,8 +72,6 @@ def import_logs(args: ImportArgs) -> int:
 
 def finish_episodes(imported: importers.Imported, decl: Declaration, reward_fn, termination_fn, clip_actions: bool):
     """Checked, rewarded and terminated episodes (`mbrl.envs.lockstep.Episode`, float32) and the summary's numbers."""
-    from mbrl.envs.lockstep import Episode  # noqa: PLC0415
-
     parts = imported.episodes
     if not parts:
         raise DatasetError(f"{imported.source}: no transitions; expected episodes of at least two ticks")
@@ -135,8 +137,6 @@ def finish_episodes(imported: importers.Imported, decl: Declaration, reward_fn, 
 
 def _check_finite(values: np.ndarray, origins: np.ndarray, channels, kind: str, locate) -> None:
     """validate.check_finite's rule (no NaN, no Inf, none beyond float32), naming the channel and the tick."""
-    from mbrl.datasets.validate import FLOAT32_MAX
-
     bad = np.argwhere(~(np.abs(values) <= FLOAT32_MAX))
     if bad.size:
         row, dim = bad[0]
@@ -147,9 +147,10 @@ def _check_finite(values: np.ndarray, origins: np.ndarray, channels, kind: str, 
 def _write(out: Path, decl: Declaration, imported: importers.Imported, episodes, force: bool) -> None:
     """Into `out` atomically (built beside it, then renamed); with `force`, an old `out` goes only once the new
     one is in place."""
-    import gymnasium as gym  # noqa: PLC0415
+    # lazy: gymnasium and mbrl.envs.collect (minari) add 0.08 s to `mbrl data import --help` (measured)
+    import gymnasium as gym
 
-    from mbrl.envs.collect import write_minari_folder  # noqa: PLC0415
+    from mbrl.envs.collect import write_minari_folder
 
     slug = re.sub(r"[^\w-]+", "_", out.name).strip("_-") or "imported"
     dataset_id = f"mbrl/{decl.name}/{slug}-v0"
@@ -180,9 +181,6 @@ def _write(out: Path, decl: Declaration, imported: importers.Imported, episodes,
 
 
 def _print_summary(summary: dict) -> None:
-    from rich.console import Console  # noqa: PLC0415
-    from rich.table import Table  # noqa: PLC0415
-
     table = Table(title=f"imported {summary['task']} ({summary['format']}) -> {summary['out']}", show_header=False,
                   title_justify="left")
     table.add_column("field", style="bold")

@@ -10,6 +10,7 @@ import os
 from typing import Annotated
 
 import tyro
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
 from mbrl.envs import collect
 from mbrl.core import dataset_registry as registry
@@ -40,8 +41,6 @@ def make(args: MakeArgs) -> int:
         print(f"{ds_id}: already made at {registry.data_dir() / ds_id} (pass --force to rebuild)")
         return 0
     segments = collect.plan_segments(task, level, args.transitions, args.seed)
-
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn  # noqa: PLC0415,E501
 
     columns = (TextColumn(f"[bold]{ds_id}"), BarColumn(), MofNCompleteColumn(), TextColumn("steps"),
                TimeElapsedColumn(), TextColumn("ETA"), TimeRemainingColumn())

@@ -20,8 +20,10 @@ from typing import Annotated
 import numpy as np
 import tyro
 
-from mbrl.envs.robots.connect import SimOptions
-from mbrl.envs.robots.safety import SafetyConfig
+from mbrl.envs.robots.connect import SimOptions, check_fit, make_robot as connect
+from mbrl.envs.robots.loop import ControlLoop
+from mbrl.envs.robots.runner import PolicyRunner, RewardFeed
+from mbrl.envs.robots.safety import SafetyConfig, SafetyLayer
 from mbrl import config as config_io
 from mbrl.core.errors import ConfigError
 
@@ -57,8 +59,6 @@ class DeployArgs:
 
 def make_robot(uri: str, args: DeployArgs, description: dict, period: float | None):
     """The adapter for a robot URI (`mbrl.envs.robots.connect.make_robot`); ConfigError for an unknown one."""
-    from mbrl.envs.robots.connect import make_robot as connect
-
     obs_timeout = args.obs_timeout if args.obs_timeout is not None else (0.5 * period if period else 1.0)
     sim = config_io.from_options(SimOptions, args.sim, noise_seed=args.seed)
     return connect(uri, obs_dim=description["observation"]["dim"], action_low=description["action"]["low"],
@@ -72,11 +72,6 @@ def _default_log(export: Path, uri: str) -> Path:
 
 
 def deploy(args: DeployArgs) -> int:
-    from mbrl.envs.robots.connect import check_fit
-    from mbrl.envs.robots.loop import ControlLoop
-    from mbrl.envs.robots.runner import PolicyRunner, RewardFeed
-    from mbrl.envs.robots.safety import SafetyLayer
-
     if args.episodes < 1:
         raise ConfigError(f"--episodes: expected a positive int, found {args.episodes}")
     if args.rate is not None and args.rate < 0:

@@ -17,8 +17,9 @@ from typing import Annotated
 import tyro
 
 from mbrl import config as config_io
+from mbrl.commands.train import enable_compile_cache
 from mbrl.core.errors import ConfigError
-from mbrl.finetune import FinetuneConfig
+from mbrl.finetune import FinetuneConfig, run
 
 
 def _arg(help_: str | None, metavar: str | None = None):
@@ -47,9 +48,6 @@ FinetuneArgs = config_io.options_class(
 
 
 def finetune(args: FinetuneArgs) -> int:
-    from mbrl.commands.train import enable_compile_cache
-    from mbrl.finetune import run
-
     enable_compile_cache()
     if args.resume is not None:
         given = config_io.changed_options(args, FinetuneArgs(), skip=("robot", "resume", "progress"))

@@ -16,10 +16,17 @@ from pathlib import Path
 from typing import Annotated
 
 import tyro
+from optuna.trial import TrialState
+from rich.console import Console
+from rich.live import Live
+from rich.table import Table
 
 from mbrl import config as config_io
+from mbrl.commands.train import enable_compile_cache, ensure_dataset
 from mbrl.core.errors import ConfigError
+from mbrl.sweep import engine, space as space_io
 from mbrl.sweep.engine import SweepOptions
+from mbrl.trainer import StopSignal
 
 
 def _arg(help_: str, metavar: str | None = None, hint: str | None = None):
@@ -50,9 +57,6 @@ SweepArgs = config_io.options_class(
 
 
 def settings_of(args):
-    from mbrl.commands.train import ensure_dataset
-    from mbrl.sweep import engine, space as space_io
-
     base = config_io.resolve(args)
     space = space_io.load(args.space, base)
     name = f"{base.algo}-{config_io.dataset_key(base.dataset)}"
@@ -68,8 +72,6 @@ class Display:
     """The live view: trials done, running and failed, the best so far, the ETA, the last event."""
 
     def __init__(self, settings, enabled: bool):
-        from rich.console import Console
-
         self.settings = settings
         self.console = Console()
         self.enabled = enabled and self.console.is_terminal
@@ -79,8 +81,6 @@ class Display:
 
     def __enter__(self):
         if self.enabled:
-            from rich.live import Live
-
             self.live = Live(self.render(), console=self.console, refresh_per_second=1, transient=False)
             self.live.__enter__()
         return self
@@ -98,8 +98,6 @@ class Display:
             print(f"mbrl sweep: {message}", flush=True)
 
     def render(self):
-        from rich.table import Table
-
         s = self.settings
         table = Table(title=f"sweep {s.study_name} · {s.objective} objective", show_header=False)
         table.add_column(style="bold")
@@ -127,10 +125,6 @@ def _short(value) -> str:
 
 
 def print_summary(settings, study, summary: dict) -> None:
-    from optuna.trial import TrialState
-    from rich.console import Console
-    from rich.table import Table
-
     complete = sorted(study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)), key=lambda t: -t.value)
     table = Table(title=f"{settings.study_name}: {len(complete)} completed trials (best 10)")
     table.add_column("trial", justify="right")
@@ -158,12 +152,8 @@ def print_summary(settings, study, summary: dict) -> None:
 
 
 def sweep(args: SweepArgs) -> int:
-    from mbrl.commands.train import enable_compile_cache
-    from mbrl.sweep import engine
-
     settings = settings_of(args)
     enable_compile_cache()
-    from mbrl.trainer import StopSignal
 
     settings.sweep_dir.mkdir(parents=True, exist_ok=True)
     display = Display(settings, settings.progress)

@@ -36,6 +36,8 @@ functions. A declaration is pure data, so the dataset loaders can use it without
 from __future__ import annotations
 
 import dataclasses
+import importlib
+import importlib.util
 import math
 import os
 import tomllib
@@ -43,6 +45,7 @@ from pathlib import Path
 from typing import Any
 
 from mbrl.core.errors import ConfigError
+from mbrl.core.files import data_dir
 
 _TOP_KEYS = {"name", "control_hz", "max_episode_steps", "reward", "termination", "ref_min_score", "ref_max_score",
              "observation", "action", "import", "description"}
@@ -107,8 +110,6 @@ def is_declaration_path(text: str | os.PathLike | None) -> bool:
 
 def tasks_dir() -> Path:
     """Where declarations are found by name: `$MBRL_DATA_DIR/tasks/NAME.toml`."""
-    from mbrl.core.files import data_dir
-
     return data_dir() / "tasks"
 
 
@@ -215,9 +216,6 @@ def _channels(data: dict, key: str, where: str, bounds_required: bool) -> tuple[
 def import_reference(ref: str):
     """The object `module:name` (an importable module) or `/path/file.py:name` names; ImportError, AttributeError or
     OSError (a missing file) as Python raises them, for the caller to name its field or option."""
-    import importlib
-    import importlib.util
-
     module_name, _, name = ref.rpartition(":")
     if module_name.endswith(".py"):
         if not Path(module_name).is_file():

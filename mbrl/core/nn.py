@@ -24,9 +24,10 @@ ACTIVATIONS: dict[str, Callable[[jax.Array], jax.Array]] = {
 
 
 # Initializations of the Dense layers: "flax" (lecun_normal kernels, zero biases), "torch" (PyTorch nn.Linear:
-# kernel and bias U(-1/sqrt(fan_in), 1/sqrt(fan_in))) and "edac" (CORL's EDAC networks: nn.Linear kernels,
-# biases 0.1, the output layer U(-b, b) with b from `EDAC_OUTPUT_BOUND`).
-INITS = ("flax", "edac", "torch")
+# kernel and bias U(-1/sqrt(fan_in), 1/sqrt(fan_in))) and "corl" (CORL's EDAC networks: nn.Linear kernels,
+# biases 0.1, the output layer U(-b, b) with b from `EDAC_OUTPUT_BOUND`). Not named "edac": mbrl/ names no
+# algorithm (tests/test_layering.py); the `sac.init` option keeps that name (`mbrl.agents.sac_n.NETWORK_INITS`).
+INITS = ("flax", "corl", "torch")
 # edge-of-reach agent_training/agent.py: the actor's mu/log_sigma U(±1e-3), the critics' last layer U(±3e-3).
 EDAC_OUTPUT_BOUND = {"actor": 1e-3, "critic": 3e-3}
 
@@ -45,7 +46,7 @@ def dense_init(init: str, fan_in: int, out_bound: float | None = None) -> dict:
     bound = 1.0 / math.sqrt(fan_in)
     if init == "torch":
         return {"kernel_init": _uniform(bound), "bias_init": _uniform(bound)}
-    if init == "edac":
+    if init == "corl":
         if out_bound is not None:
             return {"kernel_init": _uniform(out_bound), "bias_init": _uniform(out_bound)}
         return {"kernel_init": _uniform(bound), "bias_init": nn.initializers.constant(0.1)}
@@ -147,7 +148,7 @@ class MLP(nn.Module):
     def __call__(self, x: jax.Array) -> jax.Array:
         act = ACTIVATIONS[self.activation]
         for width in self.hidden_dims:
-            fan = width if self.init_scheme == "edac" and self.edac_network == "critic" else x.shape[-1]
+            fan = width if self.init_scheme == "corl" and self.edac_network == "critic" else x.shape[-1]
             x = nn.Dense(width, **self._init(fan))(x)
             if self.layer_norm:
                 x = nn.LayerNorm()(x)

@@ -8,6 +8,9 @@ from typing import Any
 import numpy as np
 from flax import struct
 
+from mbrl.core import declaration
+from mbrl.core.score import normalized_score
+
 
 @struct.dataclass
 class Transitions:
@@ -99,8 +102,6 @@ class DatasetInfo:
 
     def normalized_score(self, episode_return):
         """100 * (R - min) / (max - min); None when the reference scores are unknown."""
-        from mbrl.core.score import normalized_score
-
         if self.ref_min_score is None or self.ref_max_score is None:
             return None
         return normalized_score(episode_return, self.ref_min_score, self.ref_max_score)
@@ -220,7 +221,6 @@ def find_spec(name: str | None) -> TaskSpec | None:
     """
     if not isinstance(name, str):
         return None
-    from mbrl.core import declaration
 
     if declaration.is_declaration_path(name):
         return register_spec(declared_spec(declaration.read_declaration(name)), replace=True)

@@ -18,6 +18,9 @@ from pathlib import Path
 from mbrl.core import dataset_registry as registry
 from mbrl.core.errors import DatasetError
 from mbrl.core.types import OfflineDataset
+from mbrl.datasets import minari_io, neorl2_files
+from mbrl.datasets.d4rl import load_hdf5
+from mbrl.datasets.minari_io import load_made, load_minari_id
 
 MINARI_PREFIX = "minari:"
 NEORL2_PREFIX = "neorl2:"
@@ -43,18 +46,12 @@ def load(source: str | Path, task: str | None = None, clip_actions: bool = False
     """
     text = str(source)
     if text.startswith(NEORL2_PREFIX):
-        from mbrl.datasets import neorl2_files
-
         return neorl2_files.load_named(text[len(NEORL2_PREFIX):], task=task, clip_actions=clip_actions)
     if text.startswith(MINARI_PREFIX):
-        from mbrl.datasets.minari_io import load_minari_id
-
         return load_minari_id(text[len(MINARI_PREFIX) :], task=task, clip_actions=clip_actions)
 
     path = Path(text).expanduser()
     if path.is_dir():
-        from mbrl.datasets import minari_io
-
         if minari_io.is_dataset_directory(path):
             return minari_io.load_directory(path, task=task, clip_actions=clip_actions)
         raise DatasetError(
@@ -62,8 +59,6 @@ def load(source: str | Path, task: str | None = None, clip_actions: bool = False
         )
     if not path.exists():
         if isinstance(source, str) and registry.parse_name(text) is not None:
-            from mbrl.datasets.minari_io import load_made
-
             return load_made(text, task=task, clip_actions=clip_actions)
         if _looks_like_path(text):
             raise DatasetError(f"{text}: no such file")
@@ -71,12 +66,8 @@ def load(source: str | Path, task: str | None = None, clip_actions: bool = False
 
     suffix = path.suffix.lower()
     if suffix in HDF5_SUFFIXES:
-        from mbrl.datasets.d4rl import load_hdf5
-
         return load_hdf5(path, task=task, clip_actions=clip_actions)
     if suffix in NPZ_SUFFIXES:
-        from mbrl.datasets import neorl2_files
-
         return neorl2_files.load_with_heldout(path, task=task, clip_actions=clip_actions)
     raise DatasetError(
         f"{text}: unknown file type '{path.suffix or '(none)'}'; "

@@ -7,13 +7,17 @@ import dataclasses
 from collections.abc import Callable
 from pathlib import Path
 
+import jax
+import jax.numpy as jnp
 import numpy as np
 
 from mbrl.core.errors import ConfigError
 from mbrl.ope.fqe import FQEConfig
+from mbrl.ope.holdout import split_holdout
+from mbrl.ope.model_return import greedy_model_returns, model_returns
 
 UNAVAILABLE = {
-    "critic": "the policy has no critics of its own here (a run of the SAC-N family: --algo mopo or ravl)",
+    "critic": "the policy has no critics of its own here (a run of an algorithm with critics: --algo mopo or ravl)",
     "model": "no MLP world model: the policy is not a run with one (or its own is RWM-U); give --world-model DIR",
 }
 
@@ -22,7 +26,6 @@ def fqe_estimate(policy, dataset, initial: np.ndarray, holdout: float, config: F
     """FQE's value of `policy`, fitted on `dataset` less a `holdout` fraction of its episodes (or beside its -val
     file), at the `initial` states."""
     from mbrl.ope.judged import fqe_of
-    from mbrl.sweep.objective import split_holdout
 
     train, held = split_holdout(dataset, holdout, seed=config.seed)
     if held is None or len(held) == 0:
@@ -38,24 +41,20 @@ def fqe_estimate(policy, dataset, initial: np.ndarray, holdout: float, config: F
 
 
 def critic_estimate(policy, initial: np.ndarray) -> dict | None:
-    """The run's own critics at the `initial` states (SAC-N runs; None otherwise)."""
-    import jax
-    import jax.numpy as jnp
-
-    from mbrl.agents.sac_n import SACNAgent
-
+    """The run's own critics at the `initial` states (an algorithm with `CriticJudge`'s methods; None otherwise)."""
     run = policy.run
-    if run is None or not isinstance(run.trainer.agent, SACNAgent):
+    agent = None if run is None else run.trainer.agent
+    if agent is None or getattr(agent, "critic_values", None) is None:
         return None
-    core = run.trainer.agent.core
     member = jax.tree.map(lambda x: x[policy.member], run.state.agent)
     obs = jnp.asarray(initial, jnp.float32)
-    q = core.critic.apply(member.critic_params, obs, policy.act(obs))  # (critics, states)
+    q = agent.critic_values(member, obs, policy.act(obs))  # (critics, states)
     per_critic = np.asarray(jnp.mean(q, axis=1), np.float64)
     value = float(np.mean(np.min(np.asarray(q), axis=0)))
+    gamma = agent.critic_gamma()
     return {"method": "critic", "kind": "discounted value", "value": value, "low": float(per_critic.min()),
-            "high": float(per_critic.max()), "gamma": core.config.gamma,
-            "detail": f"γ {core.config.gamma}, min over {len(per_critic)} critics; biased: trained on its own targets"}
+            "high": float(per_critic.max()), "gamma": gamma,
+            "detail": f"γ {gamma}, min over {len(per_critic)} critics; biased: trained on its own targets"}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -73,7 +72,6 @@ def model_estimate(policy, dataset, world_model: Path | None, starts: int, horiz
     A run's agent acts as in training; any other Markov policy (an export) acts through its deployed function."""
     from mbrl.envs.tasks import find_task
     from mbrl.core.score import normalized_score
-    from mbrl.sweep.objective import greedy_model_returns, model_returns
     from mbrl.train import dataset_reference_scores
     from mbrl.world_models.model import ModelInfo
     from mbrl.world_models.recurrent import load_model

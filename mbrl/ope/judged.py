@@ -18,7 +18,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from mbrl.core.types import Transitions
+from mbrl.core.types import PolicyInput, Transitions
+from mbrl.ope.fqe import check_sizes, fit_fqe_on_actions, policy_actions
 
 
 @dataclasses.dataclass
@@ -40,8 +41,6 @@ class JudgedPolicy:
 
     def initial_actions(self, obs: np.ndarray) -> np.ndarray:
         """Its actions at episode starts `obs` (states, obs_dim)."""
-        from mbrl.ope.fqe import policy_actions
-
         obs = np.asarray(obs, np.float32)
         if not self.recurrent:
             return policy_actions(self.act, obs)
@@ -53,8 +52,6 @@ class JudgedPolicy:
     def next_actions(self, t: Transitions) -> np.ndarray:
         """Its action at each row's next observation; a recurrent policy reads the rows in order, an episode
         ending where a row is terminal or a timeout."""
-        from mbrl.ope.fqe import policy_actions
-
         if not self.recurrent:
             return policy_actions(self.act, t.next_obs)
         ends = np.asarray(t.terminal, bool) | np.asarray(t.timeout, bool)
@@ -81,8 +78,6 @@ class JudgedPolicy:
 def agent_policy(agent, params, source: str) -> JudgedPolicy:
     """An algorithm's greedy policy with actor parameters `params` (one member), as the agent acts in training and
     in the world model: Markov, or recurrent with its own carry (the sweep's and the selection's FQE)."""
-    from mbrl.core.types import PolicyInput
-
     key = jax.random.PRNGKey(0)  # greedy: the key is not drawn from
     if not agent.recurrent:
         def act(obs):
@@ -105,8 +100,6 @@ def agent_policy(agent, params, source: str) -> JudgedPolicy:
 
 def fqe_of(policy: JudgedPolicy, train: Transitions, heldout: Transitions, initial: np.ndarray, config):
     """FQE's fit (`mbrl.ope.fqe.FQEResult`) of `policy` on `train`, checked on `heldout`, valued at `initial`."""
-    from mbrl.ope.fqe import check_sizes, fit_fqe_on_actions
-
     check_sizes(train, heldout, initial)
     return fit_fqe_on_actions(train, policy.next_actions(train), heldout, policy.next_actions(heldout), initial,
                               policy.initial_actions(initial), config)

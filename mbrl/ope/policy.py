@@ -8,10 +8,14 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import jax
 import numpy as np
 
 from mbrl.core.errors import ConfigError
+from mbrl.export import policy_function
+from mbrl.export_run import run_policy_spec
 from mbrl.ope.judged import JudgedPolicy
+from mbrl.train import load_run
 
 
 def load_policy(path: str | Path, seed_index: int = 0) -> JudgedPolicy:
@@ -31,8 +35,6 @@ def _refuse_recurrent(source: str) -> None:
 
 
 def _from_run(run_dir: Path, seed_index: int) -> JudgedPolicy:
-    from mbrl.train import load_run
-
     run = load_run(run_dir)
     params = run.actor_params(seed_index)  # (checks the index)
     metadata = {"algo": run.config.algo, "train_seed": run.seeds[seed_index], "run_dir": str(run_dir)}
@@ -42,11 +44,6 @@ def _from_run(run_dir: Path, seed_index: int) -> JudgedPolicy:
 def policy_of_run(run, params, source: str, metadata: dict, member: int = 0) -> JudgedPolicy:
     """The deployed policy of a run's agent (`mbrl.train.LoadedRun`) with actor parameters `params` (its own, or any
     others of the same shapes)."""
-    import jax
-
-    from mbrl.export import policy_function
-    from mbrl.export_run import run_policy_spec
-
     spec = run_policy_spec(run, params, Path(source).name, metadata)
     if spec.recurrent:
         carry = tuple(jax.tree.leaves(jax.tree.map(lambda x: np.stack([x.real, x.imag], axis=-1)
@@ -56,8 +53,6 @@ def policy_of_run(run, params, source: str, metadata: dict, member: int = 0) -> 
 
 
 def _from_export(export_dir: Path) -> JudgedPolicy:
-    import jax
-
     try:
         facts = json.loads((export_dir / "policy.json").read_text())
         exported = jax.export.deserialize(bytearray((export_dir / "policy.jax").read_bytes()))

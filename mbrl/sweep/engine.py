@@ -38,6 +38,8 @@ import numpy as np
 from mbrl.agents import registry
 from mbrl.core.errors import ConfigError
 from mbrl.core.files import write_text_atomic
+from mbrl.ope.holdout import fqe_values, split_holdout
+from mbrl.ope.model_return import model_returns
 from mbrl.sweep import objective as objectives
 from mbrl.sweep.space import Space, nested
 
@@ -352,7 +354,7 @@ class Sweep:
 
             dataset = datasets.load(self.settings.base.dataset, task=self.settings.base.task)
             task = find_task(dataset.info.task)
-            train, heldout = objectives.split_holdout(dataset, self.settings.holdout, seed=self.settings.base.seed)
+            train, heldout = split_holdout(dataset, self.settings.holdout, seed=self.settings.base.seed)
             self._data = (train, heldout, task, dataset_reference_scores(dataset, task))
         return self._data
 
@@ -510,7 +512,7 @@ class Sweep:
         trends = objectives.q_trends(result.records)
         td = objectives.heldout_td_errors(trainer, result.state, heldout, seed=base.seed)
         horizon = settings.offline_horizon or int(train.episode_lengths().max())
-        returns = objectives.model_returns(trainer, result.state, model, train, starts=settings.offline_starts,
+        returns = model_returns(trainer, result.state, model, train, starts=settings.offline_starts,
                                            horizon=horizon, seed=base.seed)  # (members, elites)
 
         def scored(value):
@@ -522,7 +524,7 @@ class Sweep:
 
             config = FQEConfig(steps=settings.fqe_steps, min_steps=min(FQEConfig.min_steps, settings.fqe_steps // 2),
                                seed=base.seed)
-            fqe = np.asarray(objectives.fqe_values(trainer, result.state, train, heldout, config))  # (members, 2)
+            fqe = np.asarray(fqe_values(trainer, result.state, train, heldout, config))  # (members, 2)
 
         estimate = [scored(r.mean()) for r in returns]
         spread = [scored(r.mean() + r.std()) - scored(r.mean()) for r in returns]

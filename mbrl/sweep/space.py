@@ -18,6 +18,9 @@ import tomllib
 from pathlib import Path
 from typing import Any
 
+import optuna
+
+from mbrl.config import TrainConfig, _cli_type, _hints, _section_names, override, unread
 from mbrl.core.errors import ConfigError
 
 SHIPPED = Path(__file__).parent / "spaces"  # the spaces that come with the package: bc.toml, mopo.toml, ravl.toml
@@ -35,8 +38,6 @@ class Dimension:
     choices: tuple = ()  # categorical values as optuna stores them (lists as JSON strings)
 
     def distribution(self):
-        import optuna
-
         if self.kind == "categorical":
             return optuna.distributions.CategoricalDistribution(self.choices)
         if self.kind == "int":
@@ -84,8 +85,6 @@ def load(path: str | Path, base) -> Space:
     """The space in TOML file `path` (or the shipped space of that name, e.g. `mopo`), checked against
     the base config `base` (a `TrainConfig`): its algorithm must read every option, and every value
     the space can give must be valid for that option."""
-    from mbrl.config import TrainConfig, _hints, _section_names, override, unread
-
     path = Path(path)
     if not path.is_file() and shipped(str(path)) is not None:
         path = shipped(str(path))
@@ -128,8 +127,6 @@ def load(path: str | Path, base) -> Space:
 
 
 def _dimension(name: str, spec, hint, where: str) -> Dimension:
-    from mbrl.config import _cli_type
-
     base_hint = _cli_type(hint)  # `float | None` -> float
     if not isinstance(spec, dict):
         raise ConfigError(f"{where}: expected a table {{low = .., high = ..}} or {{choices = [..]}}, found {spec!r}")

@@ -19,23 +19,25 @@ from __future__ import annotations
 import os
 import time
 
+import jax
+import jax.numpy as jnp
+from benchmarks.common import matmul_flops_per_s
+from benchmarks.rollout import _workload
+
+from mbrl import config as config_io
+from mbrl.core import replay
+from mbrl.core.types import Transitions
+from mbrl.trainer import Trainer, hypers_of, time_epochs
+
 TARGETS = {"seeds5_vmapped": 3.0}
 OBS_DIM, ACT_DIM = 17, 6
 
 
 def _config(algo: str, overrides: dict):
-    from mbrl import config as config_io
-
     return config_io.build(algo, "halfcheetah-medium", "paper", overrides)
 
 
 def _buffers(trainer, real_rows: int, model_rows: int):
-    import jax
-    import jax.numpy as jnp
-
-    from mbrl.core import replay
-    from mbrl.core.types import Transitions
-
     def random_rows(key, rows):
         k = jax.random.split(key, 4)
         return Transitions(
@@ -55,12 +57,6 @@ def _buffers(trainer, real_rows: int, model_rows: int):
 
 def update_flops(trainer) -> float:
     """FLOPs of one update, from XLA's cost analysis of the compiled `agent.update`."""
-    import jax
-    import jax.numpy as jnp
-
-    from mbrl.core.types import Transitions
-    from mbrl.trainer import hypers_of
-
     rows = trainer.agent.batch_size
     batch = Transitions(
         obs=jnp.zeros((rows, OBS_DIM)), action=jnp.zeros((rows, ACT_DIM)), reward=jnp.zeros(rows),
@@ -77,10 +73,6 @@ def update_flops(trainer) -> float:
 
 def _update_rate(algo: str, overrides: dict, quick: bool, repeats: int = 3) -> dict:
     """Updates/s of the compiled K-update chunk (sampling included) on one seed."""
-    import jax
-
-    from mbrl.trainer import Trainer, hypers_of
-
     updates = 50 if quick else 500
     overrides = {**overrides, "schedule": {"updates_per_epoch": updates}}
     trainer = Trainer(_config(algo, overrides), OBS_DIM, ACT_DIM)
@@ -108,8 +100,6 @@ def _update_rate(algo: str, overrides: dict, quick: bool, repeats: int = 3) -> d
 
 
 def _update_figure(name: str, algo: str, overrides: dict, quick: bool) -> dict:
-    from benchmarks.common import matmul_flops_per_s
-
     result = _update_rate(algo, overrides, quick)
     rate = result["updates_per_s"]
     peak = matmul_flops_per_s()
@@ -138,11 +128,6 @@ def edac10_update(quick: bool) -> dict:
 
 def seeds5_vmapped(quick: bool) -> dict:
     """Epochs/s of 5 seeds in one vmapped program vs 5 single-seed programs run in turn (MOPO, quick preset)."""
-    import jax
-
-    from benchmarks.rollout import _workload
-    from mbrl.trainer import Trainer, hypers_of, time_epochs
-
     seeds = 5
     updates, rollouts = (100, 2_000) if quick else (500, 10_000)
     config = _config("mopo", {"imagination": {"rollouts_per_epoch": rollouts, "horizon": 5},

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import functools
+import resource
 import time
 
 import jax
+import jax.numpy as jnp
 
 
 def time_call(fn, *args, repeats: int = 5, warmup: int = 1) -> float:
@@ -23,8 +25,6 @@ def time_call(fn, *args, repeats: int = 5, warmup: int = 1) -> float:
 @functools.cache
 def matmul_flops_per_s(n: int = 2048) -> float:
     """fp32 GEMM throughput of this machine: the roofline that other figures divide by."""
-    import jax.numpy as jnp
-
     a = jax.random.normal(jax.random.PRNGKey(0), (n, n), jnp.float32)
     b = jax.random.normal(jax.random.PRNGKey(1), (n, n), jnp.float32)
     matmul = jax.jit(lambda x, y: x @ y)
@@ -33,6 +33,4 @@ def matmul_flops_per_s(n: int = 2048) -> float:
 
 
 def peak_rss_mb() -> float:
-    import resource
-
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0

@@ -23,6 +23,9 @@ import jax
 import jax.numpy as jnp
 from benchmarks.common import matmul_flops_per_s
 
+from mbrl.world_models.ensemble import EnsembleConfig, GaussianEnsemble, init_params
+from mbrl.world_models.fit import DeviceData, TrainState, make_optimizer, run_epoch
+
 OBS_DIM, ACT_DIM, BATCH = 17, 6, 256
 
 
@@ -34,9 +37,6 @@ def matmul_flops_per_step(num_members: int, dims: list[int], batch: int) -> floa
 
 
 def dynamics_train(quick: bool) -> dict:
-    from mbrl.world_models.ensemble import EnsembleConfig, GaussianEnsemble, init_params
-    from mbrl.world_models.fit import DeviceData, TrainState, make_optimizer, run_epoch
-
     steps = 20 if quick else 200
     repeats = 2 if quick else 5
     config = EnsembleConfig()  # 7 members, 4x200 SiLU, learned log-variance bounds, MOPO weight decay

@@ -15,12 +15,12 @@ import tempfile
 import time
 from pathlib import Path
 
+from mbrl import config as config_io, train
+from mbrl.datasets import SAMPLE_PATH
+from mbrl.finetune import FinetuneConfig, run
+
 
 def _offline_run(root: Path) -> Path:
-    from mbrl import config as config_io
-    from mbrl.datasets import SAMPLE_PATH
-    from mbrl.train import run
-
     config = config_io.build("mopo", str(SAMPLE_PATH), "quick", {
         "imagination": {"rollouts_per_epoch": 16, "horizon": 1},
         "ensemble": {"num_members": 2, "num_elites": 1, "hidden_dims": [16, 16]},
@@ -28,7 +28,7 @@ def _offline_run(root: Path) -> Path:
         "schedule": {"epochs": 1, "updates_per_epoch": 1, "eval_every": 1, "eval_episodes": 1},
         "logging": {"progress": False},
     })
-    run(config, root / "offline")
+    train.run(config, root / "offline")
     return root / "offline"
 
 
@@ -39,8 +39,6 @@ def _rate(records: list[dict]) -> float:
 
 
 def finetune_step(quick: bool) -> dict:
-    from mbrl.finetune import FinetuneConfig, run
-
     steps, chunk = (1_000, 50) if quick else (4_000, 50)
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)

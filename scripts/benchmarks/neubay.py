@@ -19,20 +19,26 @@ from __future__ import annotations
 import os
 import time
 
+import jax
+import jax.numpy as jnp
+import numpy as np
+from benchmarks.common import matmul_flops_per_s
+
+from mbrl.agents.neubay import NeubayConfig
+from mbrl.config import ScheduleConfig, TrainConfig
+from mbrl.core import sequence_replay
+from mbrl.core.types import Transitions
+from mbrl.imagination import ExploringPolicy
+from mbrl.trainer import Trainer, hypers_of
+from mbrl.world_models.ensemble import EnsembleConfig, GaussianEnsemble, init_params
+from mbrl.world_models.model import Normalizer, WorldModel
+from mbrl.world_models.rollout import RecurrentStart, rollout
+
 OBS_DIM, ACT_DIM = 11, 3
 HIDDEN = (200, 200, 200, 200)
 
 
 def _workload(members: int, trajectories: int, horizon: int):
-    import jax
-    import jax.numpy as jnp
-
-    from mbrl.agents.neubay import NeubayConfig
-    from mbrl.config import ScheduleConfig, TrainConfig
-    from mbrl.trainer import Trainer
-    from mbrl.world_models.ensemble import EnsembleConfig, GaussianEnsemble, init_params
-    from mbrl.world_models.model import Normalizer, WorldModel
-
     config = EnsembleConfig(num_members=members, num_elites=members, hidden_dims=HIDDEN, layer_norm=True)
     in_dim = OBS_DIM + ACT_DIM
     model = WorldModel(
@@ -64,11 +70,6 @@ def flops_per_transition(config, neubay) -> float:
 
 
 def _real_tape(trajectories: int, horizon: int):
-    import numpy as np
-
-    from mbrl.core import sequence_replay
-    from mbrl.core.types import Transitions
-
     rng = np.random.default_rng(0)
     rows = trajectories * horizon
     obs = rng.normal(size=(rows, OBS_DIM)).astype(np.float32)
@@ -78,15 +79,6 @@ def _real_tape(trajectories: int, horizon: int):
 
 
 def neubay_rollout(quick: bool) -> dict:
-    import jax
-    import jax.numpy as jnp
-
-    from benchmarks.common import matmul_flops_per_s
-    from mbrl.core import sequence_replay
-    from mbrl.imagination import ExploringPolicy
-    from mbrl.trainer import hypers_of
-    from mbrl.world_models.rollout import RecurrentStart, rollout
-
     members, trajectories, horizon = (20, 100, 100) if quick else (100, 100, 1_000)
     model, trainer, agent_state, config = _workload(members, trajectories, horizon)
     agent, actor = trainer.agent, agent_state.actor_params

@@ -12,13 +12,16 @@ import dataclasses
 import os
 import time
 
+import jax
+import jax.numpy as jnp
+from benchmarks.common import matmul_flops_per_s
+
+from mbrl.ope.fqe import FQEConfig, fqe_programs
+
 OBS_DIM, ACT_DIM = 17, 6
 
 
 def _data(rows: int):
-    import jax
-    import jax.numpy as jnp
-
     k = jax.random.split(jax.random.PRNGKey(0), 5)
     return {"obs": jax.random.normal(k[0], (rows, OBS_DIM)), "action": jax.random.uniform(k[1], (rows, ACT_DIM), minval=-1),
             "reward": jax.random.normal(k[2], (rows,)), "done": jnp.zeros(rows),
@@ -27,12 +30,6 @@ def _data(rows: int):
 
 
 def fqe_fit(quick: bool) -> dict:
-    import jax
-    import jax.numpy as jnp
-
-    from benchmarks.common import matmul_flops_per_s
-    from mbrl.ope.fqe import FQEConfig, fqe_programs
-
     config = FQEConfig(chunk=50 if quick else 500)
     data = _data(100_000 if quick else 1_000_000)
     norm = (jnp.zeros(OBS_DIM), jnp.ones(OBS_DIM))

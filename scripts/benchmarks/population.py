@@ -22,22 +22,25 @@ value is population trials/hour over in-turn trials/hour; the raw seconds come w
 
 from __future__ import annotations
 
+import dataclasses
 import os
+import time
 
+import gymnasium
+import jax
 import numpy as np
+from benchmarks.agents import ACT_DIM, OBS_DIM, _buffers
+from benchmarks.rollout import _workload
+
+from mbrl import config as config_io, evaluate as evaluate_module
+from mbrl.envs.tasks import TASKS
+from mbrl.population import member_config
+from mbrl.trainer import Trainer, hypers_of, time_epochs
 
 MEMBERS = 8
 
 
 def population8(quick: bool) -> dict:
-    import jax
-
-    from benchmarks.agents import ACT_DIM, OBS_DIM, _buffers
-    from benchmarks.rollout import _workload
-    from mbrl import config as config_io
-    from mbrl.population import member_config
-    from mbrl.trainer import Trainer, hypers_of, time_epochs
-
     updates, rollouts = (100, 2_000) if quick else (500, 10_000)
     base = config_io.build("mopo", "halfcheetah-medium", "quick",
                            {"imagination": {"rollouts_per_epoch": rollouts}, "schedule": {"updates_per_epoch": updates}})
@@ -88,10 +91,6 @@ def population8(quick: bool) -> dict:
 def _fixed_length_task(task, steps: int):
     """`task` with an env that never terminates and is cut at `steps` steps: every episode has `steps` steps,
     so an evaluation's cost does not hang on how long a policy happens to stay up."""
-    import dataclasses
-
-    import gymnasium
-
     base = gymnasium.spec(task.env_id)
     env_id = f"BenchFixed{base.name}{steps}-v{base.version}"
     if env_id not in gymnasium.registry:
@@ -101,10 +100,6 @@ def _fixed_length_task(task, steps: int):
 
 
 def _timed(fn, *args, **kwargs):
-    import time
-
-    import jax
-
     start = time.perf_counter()
     out = jax.block_until_ready(fn(*args, **kwargs))
     return out, time.perf_counter() - start
@@ -136,16 +131,6 @@ def _evaluation(trainer, hypers, seeds, task, steps: int, episodes: int, full_st
 
 
 def sweep_population(quick: bool) -> dict:
-    import jax
-
-    from benchmarks.agents import ACT_DIM, OBS_DIM, _buffers
-    from benchmarks.rollout import _workload
-    from mbrl.envs.tasks import TASKS
-    from mbrl import config as config_io
-    from mbrl import evaluate as evaluate_module
-    from mbrl.population import member_config
-    from mbrl.trainer import Trainer, hypers_of
-
     updates, rollouts = (100, 2_000) if quick else (500, 10_000)
     epochs_timed = 1 if quick else 2
     quick_preset = config_io.build("mopo", "hopper-medium", "quick")

@@ -19,6 +19,15 @@ import sys
 import time
 from pathlib import Path
 
+import jax
+import jax.numpy as jnp
+from benchmarks.common import matmul_flops_per_s, peak_rss_mb, time_call
+
+from mbrl.agents.sac_n import SACN, SACNConfig
+from mbrl.world_models.ensemble import EnsembleConfig, GaussianEnsemble, init_params
+from mbrl.world_models.model import Normalizer, WorldModel
+from mbrl.world_models.rollout import MarkovPolicy, RolloutConfig, rollout
+
 OBS_DIM, ACT_DIM = 17, 6
 # Slices of the batch per step: one slice's activations (7 x 2,500 x 200 floats, 14 MB) stay in a
 # 32 MB L3 cache, which beat the whole batch at once on a 2-core CPU (docs/throughput.md).
@@ -26,14 +35,6 @@ BATCH_CHUNK = 2500
 
 
 def _workload(seed: int = 0):
-    import jax
-    import jax.numpy as jnp
-
-    from mbrl.agents.sac_n import SACN, SACNConfig
-    from mbrl.world_models.ensemble import EnsembleConfig, GaussianEnsemble, init_params
-    from mbrl.world_models.model import Normalizer, WorldModel
-    from mbrl.world_models.rollout import MarkovPolicy
-
     config = EnsembleConfig()  # 7 members, 5 elites, 4x200 SiLU
     network = GaussianEnsemble(config, OBS_DIM + 1)
     model_key, actor_key = jax.random.split(jax.random.PRNGKey(seed))
@@ -62,11 +63,6 @@ def flops_per_transition(config, actor_hidden=(256, 256)) -> float:
 
 
 def _measure(starts: int, horizon: int, batch_chunk: int | None, repeats: int = 3) -> dict:
-    import jax
-
-    from benchmarks.common import time_call
-    from mbrl.world_models.rollout import RolloutConfig, rollout
-
     model, policy, actor_params, config = _workload()
     chunk = batch_chunk if batch_chunk and starts % batch_chunk == 0 and starts > batch_chunk else None
     cfg = RolloutConfig(uncertainty="aleatoric_max", batch_chunk=chunk)
@@ -98,8 +94,6 @@ def _measure(starts: int, horizon: int, batch_chunk: int | None, repeats: int = 
 
 
 def rollout_h5(quick: bool) -> dict:
-    from benchmarks.common import matmul_flops_per_s
-
     starts = 5_000 if quick else 50_000
     result = _measure(starts, 5, BATCH_CHUNK, repeats=2 if quick else 3)
     rate = result["transitions_per_s"]
@@ -148,8 +142,6 @@ def rollout_h1000(quick: bool) -> dict:
 
 def _child(starts: int, horizon: int) -> None:
     """Measure one long rollout (all transitions materialised) and print its JSON line."""
-    from benchmarks.common import peak_rss_mb
-
     result = _measure(starts, horizon, BATCH_CHUNK, repeats=1)
     per_transition = 4 * (2 * OBS_DIM + ACT_DIM + 3) + 3  # obs, action, next_obs, rewards, u + 3 flags
     result.update(peak_rss_mb=peak_rss_mb(), output_mb=starts * horizon * per_transition / 2**20)

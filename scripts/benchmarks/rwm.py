@@ -1,4 +1,4 @@
-"""RWM-U and MOPO-PPO throughput (issue 22), at the paper's sizes; the PyTorch peer's side is scripts/peer_rwm.py
+"""RWM-U and MOPO-PPO throughput (issue 22), at the paper's sizes; the PyTorch peer's side is scripts/experiments/peer_rwm.py
 (leggedrobotics/rsl_rl_rwm's own code), to be run right after this on the same machine.
 
 `rwm_fit`: gradient steps per second of the real fitting code (`mbrl.world_models.recurrent_fit.run_epoch`): a batch
@@ -22,13 +22,17 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from mbrl import config as config_io
+from mbrl.core.types import DatasetInfo, OfflineDataset, Transitions
+from mbrl.trainer import hypers_of, time_epochs, trainer_for
+from mbrl.world_models.model import Normalizer
+from mbrl.world_models.recurrent import RecurrentConfig, RecurrentWorldModel, init_params
+from mbrl.world_models.recurrent_fit import RecurrentFitConfig, WindowData, make_optimizer, run_epoch
+
 OBS_DIM, ACT_DIM, EPISODE = 11, 3, 200
 
 
 def _random_model(config):
-    from mbrl.world_models.model import Normalizer
-    from mbrl.world_models.recurrent import RecurrentWorldModel, init_params
-
     params = init_params(jax.random.PRNGKey(0), config, OBS_DIM + ACT_DIM, OBS_DIM + 1)
     ones = lambda d: Normalizer(jnp.zeros(d), jnp.ones(d))  # noqa: E731
     return RecurrentWorldModel(params=params, input_norm=ones(OBS_DIM + ACT_DIM), target_norm=ones(OBS_DIM + 1),
@@ -37,10 +41,6 @@ def _random_model(config):
 
 
 def rwm_fit(quick: bool) -> dict:
-    from mbrl.world_models.model import Normalizer
-    from mbrl.world_models.recurrent import RecurrentConfig, init_params
-    from mbrl.world_models.recurrent_fit import RecurrentFitConfig, WindowData, make_optimizer, run_epoch
-
     config = RecurrentConfig()  # 5 heads, GRU 2x256, heads [128], history 32, forecast 8
     steps = 3 if quick else 10
     fit_config = RecurrentFitConfig(batch_size=1024, steps_per_epoch=steps)
@@ -83,10 +83,6 @@ def rwm_fit(quick: bool) -> dict:
 
 
 def mopo_ppo_iteration(quick: bool) -> dict:
-    from mbrl import config as config_io
-    from mbrl.core.types import DatasetInfo, OfflineDataset, Transitions
-    from mbrl.trainer import hypers_of, time_epochs, trainer_for
-
     envs = 1024 if quick else 4096
     config = config_io.build("mopo-ppo", "bench", "paper", {
         "imagination": {"rollouts_per_epoch": envs, "horizon": 100},

@@ -64,7 +64,7 @@ def detect_format(path: Path) -> str:
     if suffix == ".csv":
         return "table"
     if suffix == ".parquet":
-        from mbrl.datasets.importers import lerobot
+        from mbrl.datasets.importers import lerobot  # local: lerobot imports this package
 
         return "lerobot" if lerobot.STATE in lerobot.parquet_columns(path) else "table"
     raise DatasetError(f"{path}: unknown kind of log '{path.suffix or '(no suffix)'}'; expected a ROS 2 bag folder, "
@@ -81,15 +81,15 @@ def read(source: str | Path, decl: Declaration, fmt: str = "auto") -> Imported:
     if fmt == "auto":
         fmt = detect_format(path)
     if fmt == "ros2":
-        from mbrl.datasets.importers import ros2
+        from mbrl.datasets.importers import ros2  # local: ros2 imports this package
 
         return ros2.read_bag(path, decl, settings)
     if fmt == "lerobot":
-        from mbrl.datasets.importers import lerobot
+        from mbrl.datasets.importers import lerobot  # local: lerobot imports this package
 
         return lerobot.read_lerobot(path, decl, settings)
     if fmt == "table":
-        from mbrl.datasets.importers import table
+        from mbrl.datasets.importers import table  # local: table imports this package
 
         return table.read_table(path, decl, settings)
     raise ConfigError(f"--format {fmt!r}; expected auto or one of {', '.join(FORMATS)}")

@@ -14,6 +14,9 @@ import json
 from pathlib import Path
 
 import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
 
 from mbrl.core.declaration import Declaration
 from mbrl.core.errors import DatasetError
@@ -24,8 +27,6 @@ STATE, ACTION, EPISODE, FRAME, REWARD = "observation.state", "action", "episode_
 
 
 def parquet_columns(path: Path) -> list[str]:
-    import pyarrow.parquet as pq
-
     try:
         return list(pq.read_schema(path).names)
     except Exception as exc:  # noqa: BLE001 - not parquet, or a damaged file
@@ -34,9 +35,6 @@ def parquet_columns(path: Path) -> list[str]:
 
 
 def read_lerobot(path: Path, decl: Declaration, settings: ImportSettings) -> Imported:
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-
     files, skipped = _files(path, decl)
     parts, lengths = {k: [] for k in (STATE, ACTION, EPISODE, FRAME, REWARD)}, []
     for file in files:
@@ -123,8 +121,6 @@ def _matrix(file: Path, table, name: str, width: int, declared: str, pa) -> np.n
         raise DatasetError(f"{file}: column '{name}', row {row} is empty; expected {width} numbers")
     kind = column.type
     if pa.types.is_list(kind) or pa.types.is_large_list(kind) or pa.types.is_fixed_size_list(kind):
-        import pyarrow.compute as pc
-
         counts = pc.list_value_length(column).to_numpy(zero_copy_only=False)
         wrong = np.flatnonzero(counts != width)
         if wrong.size:
@@ -150,8 +146,6 @@ def _integers(file: Path, table, name: str) -> np.ndarray:
 
 
 def _integer_ids() -> set:
-    import pyarrow as pa
-
     return {pa.int8().id, pa.int16().id, pa.int32().id, pa.int64().id,
             pa.uint8().id, pa.uint16().id, pa.uint32().id, pa.uint64().id}
 

@@ -11,6 +11,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
+from rosbags.interfaces import MessageDefinitionFormat
+from rosbags.rosbag2 import Reader
+from rosbags.typesys import Stores, get_types_from_idl, get_types_from_msg, get_typestore
 
 from mbrl.core.declaration import Declaration
 from mbrl.core.errors import DatasetError, UserError
@@ -35,12 +38,6 @@ def read_bag(path: Path, decl: Declaration, settings: ImportSettings) -> Importe
     for _, _, topic, field in channels:
         if field not in fields.setdefault(topic, []):
             fields[topic].append(field)
-
-    try:
-        from rosbags.rosbag2 import Reader
-        from rosbags.typesys import Stores, get_typestore
-    except ImportError as exc:  # a core dependency; say so rather than fail deep inside
-        raise DatasetError(f"{source}: reading ROS 2 bags needs the 'rosbags' package ({exc})") from None
 
     typestore = get_typestore(Stores.ROS2_HUMBLE)
     values: dict[str, list] = {topic: [] for topic in fields}
@@ -113,9 +110,6 @@ def _know_type(typestore, conn, source: str) -> None:
     """Register a message type the bag defines but ROS 2 Humble's store lacks (a robot's own messages)."""
     if conn.msgtype in typestore.types:
         return
-    from rosbags.interfaces import MessageDefinitionFormat
-    from rosbags.typesys import get_types_from_idl, get_types_from_msg
-
     msgdef = getattr(conn, "msgdef", None)
     try:
         if msgdef is not None and msgdef.format == MessageDefinitionFormat.MSG and msgdef.data:

@@ -10,6 +10,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
+import pyarrow as pa
+import pyarrow.csv as pcsv
+import pyarrow.parquet as pq
 
 from mbrl.core.declaration import Declaration
 from mbrl.core.errors import DatasetError
@@ -18,19 +21,13 @@ from mbrl.datasets.importers.settings import ImportSettings
 
 
 def read_table(path: Path, decl: Declaration, settings: ImportSettings) -> Imported:
-    import pyarrow as pa
-
     is_csv = path.suffix.lower() == ".csv"
     if path.suffix.lower() not in (".csv", ".parquet"):
         raise DatasetError(f"{path}: a table must be a .csv or .parquet file")
     try:
         if is_csv:
-            import pyarrow.csv as pcsv
-
             table = pcsv.read_csv(path)
         else:
-            import pyarrow.parquet as pq
-
             table = pq.read_table(path)
     except Exception as exc:  # noqa: BLE001 - a malformed or damaged file
         raise DatasetError(f"{path}: cannot read the table ({' '.join(str(exc).split()) or type(exc).__name__}); "

@@ -1,7 +1,7 @@
 """Why does a model-based agent score what it scores? Train it, and probe the world model along the policy's
 own real episodes.
 
-    python scripts/diagnose_agent.py --algo mopo --dataset hopper-medium --world-model wm --epochs 40 \
+    python scripts/experiments/diagnose_agent.py --algo mopo --dataset hopper-medium --world-model wm --epochs 40 \
         --set imagination.horizon=20 --probe-every 4 > diag.jsonl
 
 Every `--probe-every` epochs it prints one JSON line with:
@@ -27,7 +27,7 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402

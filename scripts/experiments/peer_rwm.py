@@ -1,7 +1,7 @@
 """Throughput of the PyTorch peer, leggedrobotics/rsl_rl_rwm, on the two workloads of scripts/bench.py.
 
 Usage (run by hand; the project itself never imports torch):
-    PYTHONPATH=/work/peers/rsl_rl_rwm /work/peers/venv-torch/bin/python scripts/peer_rwm.py [--quick] [--checkout PATH]
+    PYTHONPATH=/work/peers/rsl_rl_rwm /work/peers/venv-torch/bin/python scripts/experiments/peer_rwm.py [--quick] [--checkout PATH]
 
 The rsl_rl_rwm checkout is used UNMODIFIED (commit 18eebcd was measured); this file only imports it. Its one
 unneeded import, GitPython (``git``, used by rsl_rl.utils.store_code_state for logging only), is replaced by an

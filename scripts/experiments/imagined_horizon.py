@@ -1,6 +1,6 @@
 """How long can a fixed policy last in a world model, against the real env, from NEUBAY's start states?
 
-    python scripts/imagined_horizon.py --dataset hopper-medium --world-model wm --policy expert > horizon.jsonl
+    python scripts/experiments/imagined_horizon.py --dataset hopper-medium --world-model wm --policy expert > horizon.jsonl
 
 NEUBAY's imagined length is bounded by three things: the episode's remaining horizon (a trajectory starts
 at a uniform step of a real episode), the policy (does it keep the robot up?), and the model (does it
@@ -23,7 +23,7 @@ import json
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 import gymnasium  # noqa: E402
 import jax  # noqa: E402

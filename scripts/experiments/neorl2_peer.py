@@ -9,7 +9,7 @@ Usage (run by hand from the project's root; the peer is not a dependency of the 
     # __init__.py, so setup.py's find_packages() skips it). Install the same source from git instead, editable:
     /work/peer-venv/bin/pip uninstall -y offlinerl
     /work/peer-venv/bin/pip install --no-deps -e PATH/OfflineRL      # polixir/OfflineRL at ea1a446 (2024-11-26)
-    .venv/bin/python scripts/neorl2_peer.py --steps 10000 --seeds 0 --episodes 100
+    .venv/bin/python scripts/experiments/neorl2_peer.py --steps 10000 --seeds 0 --episodes 100
 
 The driver runs under the project's venv. For each (side, algo, seed) it trains in a subprocess:
 
@@ -43,7 +43,7 @@ from pathlib import Path
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 DEFAULT_DATA = ROOT.parent / "shared" / "data" / "neorl2" / "DMSD-high-100000-train.npz"
 TASK = "DMSD"
 # NeoRL2 neorl2/envs/info.py: DMSD's reference scores (min, max) for the normalized score.

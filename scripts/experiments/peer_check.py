@@ -3,11 +3,11 @@ OfflineRL-Kit, on the same data, world model, update budget and evaluation.
 
 Usage (run by hand; peers are not dependencies: `pip install torch tqdm` into the venv; CPU is enough):
 
-    python scripts/peer_check.py ravl --side peer --peer PATH/edge-of-reach --world-model DIR --seed 0
-    python scripts/peer_check.py ravl --side ours --world-model DIR --seed 0 [--set sac.init=flax]
-    python scripts/peer_check.py ravl --side lockstep --peer PATH/edge-of-reach --world-model DIR --updates 100
-    python scripts/peer_check.py mopo --side peer --peer PATH/OfflineRL-Kit --world-model DIR --updates 20000
-    python scripts/peer_check.py mopo --side ours --world-model DIR --updates 20000
+    python scripts/experiments/peer_check.py ravl --side peer --peer PATH/edge-of-reach --world-model DIR --seed 0
+    python scripts/experiments/peer_check.py ravl --side ours --world-model DIR --seed 0 [--set sac.init=flax]
+    python scripts/experiments/peer_check.py ravl --side lockstep --peer PATH/edge-of-reach --world-model DIR --updates 100
+    python scripts/experiments/peer_check.py mopo --side peer --peer PATH/OfflineRL-Kit --world-model DIR --updates 20000
+    python scripts/experiments/peer_check.py mopo --side ours --world-model DIR --updates 20000
 
 Each evaluation prints one JSON line (also appended to `--out`): the normalized score, then diagnostics
 computed the same way for both sides on one fixed probe of real transitions (the same rows and the same
@@ -45,7 +45,7 @@ from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 PROBE_ROWS = 2560
 PROBE_SEED = 2024

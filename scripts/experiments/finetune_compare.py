@@ -2,7 +2,7 @@
 --variants, WSRL with its anchor decayed to 0 or none), from one offline run, several seeds each, through
 `mbrl finetune --robot mujoco:ENV`.
 
-    python scripts/finetune_compare.py --run runs/mopo --out results/finetune [--seeds 0 1 2] [--steps 30000] [--jobs 2]
+    python scripts/experiments/finetune_compare.py --run runs/mopo --out results/finetune [--seeds 0 1 2] [--steps 30000] [--jobs 2]
 
 Each (variant, seed) is one `mbrl finetune` process, single-threaded, `--jobs` at a time; a finished run is kept and
 an unfinished one resumed, so the script can be run again after an interruption. It then writes `summary.json`,
