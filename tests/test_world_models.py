@@ -13,6 +13,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from flax import struct
 
 from mbrl.cli import main
 from mbrl.core.errors import ConfigError, DatasetError, UserError
@@ -22,6 +23,7 @@ from mbrl.world_models.ensemble import EnsembleConfig, GaussianEnsemble
 from mbrl.world_models.fit import FitConfig, fit_ensemble, fit_world_model, member_holdout_mse
 from mbrl.world_models.metrics import holdout_metrics, open_loop_errors
 from mbrl.world_models.model import Normalizer, WorldModel
+from mbrl.world_models.base import MarkovModel
 from mbrl.world_models.uncertainty import MEASURES
 
 OBS_DIM, ACT_DIM, NOISE = 3, 2, 0.05
@@ -426,5 +428,67 @@ def test_model_fit_and_eval_commands(tmp_path, capsys):
     assert set(report["open_loop_mse"]) == {"1", "5", "20", "100"}
     assert report["open_loop_starts"]["1"] > 0 and report["open_loop_mse"]["1"] > 0
 
+    assert main(["model", "eval", str(out), "--json", "--plot"]) == 0
+    plots = json.loads(capsys.readouterr().out.strip().splitlines()[-1])["plots"]
+    episode = model.info.eval_episodes[0]
+    assert plots == [str(out / "plots" / f"open_loop_episode{episode}.png")]
+    assert (out / "plots" / f"open_loop_episode{episode}.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
     assert main(["model", "eval", str(tmp_path / "missing")]) == 2
     assert "model.json" in capsys.readouterr().err
+
+
+@struct.dataclass
+class DriftingMembers(MarkovModel):
+    """Member m predicts next = A obs + B action + offsets[m], with a constant std stds[m] per dimension, and the
+    reward obs0: known paths for `mbrl.model_plots`."""
+
+    a: jax.Array
+    b: jax.Array
+    offsets: jax.Array  # (members, obs)
+    stds: jax.Array  # (members,)
+    elite_index: jax.Array
+
+    @property
+    def obs_dim(self) -> int:
+        return self.a.shape[0]
+
+    @property
+    def elites(self) -> jax.Array:
+        return self.elite_index
+
+    def member_predictions(self, obs, action):
+        next_obs = obs @ self.a.T + action @ self.b.T  # (B, obs)
+        delta = next_obs[None] + self.offsets[:, None, :] - obs[None]
+        means = jnp.concatenate([delta, jnp.broadcast_to(obs[None, :, :1], delta.shape[:2] + (1,))], axis=-1)
+        return means, jnp.broadcast_to(self.stds[:, None, None], means.shape)
+
+
+def test_open_loop_plot_curves_follow_each_elite_on_its_own_path():
+    from mbrl.model_plots import open_loop_episode
+
+    rng = np.random.default_rng(3)
+    obs_dim, act_dim, steps = 3, 2, 12
+    a = np.eye(obs_dim) + 0.05 * rng.standard_normal((obs_dim, obs_dim))
+    b = 0.2 * rng.standard_normal((obs_dim, act_dim))
+    offsets, stds, elites = 0.03 * rng.standard_normal((4, obs_dim)), np.array([0.1, 0.2, 0.3, 0.4]), [0, 2, 3]
+    model = DriftingMembers(*(jnp.asarray(x, jnp.float32) for x in (a, b, offsets, stds)), jnp.asarray(elites))
+    obs = rng.standard_normal((steps, obs_dim)).astype(np.float32)
+    action = rng.uniform(-1, 1, (steps, act_dim)).astype(np.float32)
+    data = Transitions(obs=obs, action=action, reward=np.zeros(steps, np.float32), next_obs=np.roll(obs, -1, 0),
+                       terminal=np.zeros(steps, bool), timeout=np.zeros(steps, bool))
+    curves = open_loop_episode(model, data, 2, 10)  # the episode of rows 2..9
+
+    paths = np.zeros((len(elites), 8, obs_dim))  # the oracle: each elite's recursion in float64
+    for i, member in enumerate(elites):
+        x = obs[2].astype(np.float64)
+        for t in range(8):
+            x = a @ x + b @ action[2 + t] + offsets[member]
+            paths[i, t] = x
+    np.testing.assert_allclose(curves["mean"], paths.mean(axis=0), atol=1e-4)
+    expected_std = np.sqrt(paths.var(axis=0) + np.mean(np.square(stds[elites])))
+    np.testing.assert_allclose(curves["std"], expected_std, atol=1e-4)
+    np.testing.assert_allclose(curves["epistemic"], np.sqrt(paths.var(axis=0).sum(axis=1)), atol=1e-4)
+    np.testing.assert_allclose(curves["aleatoric"], np.sqrt(obs_dim * np.mean(np.square(stds[elites]))), atol=1e-5)
+    np.testing.assert_array_equal(curves["truth"], np.roll(obs, -1, 0)[2:10])
+    assert list(curves["steps"]) == list(range(1, 9))
