@@ -20,6 +20,7 @@ MODULES = (
     "mbrl.agents.bc",
     "mbrl.agents.neubay",
     "mbrl.agents.mopo_ppo",
+    "mbrl.agents.edac",
 )
 
 # Sections every run has, whatever the algorithm.
