@@ -21,6 +21,7 @@ MODULES = (
     "mbrl.agents.neubay",
     "mbrl.agents.mopo_ppo",
     "mbrl.agents.edac",
+    "mbrl.agents.td3_bc",
 )
 
 # Sections every run has, whatever the algorithm.
