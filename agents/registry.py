@@ -22,6 +22,7 @@ MODULES = (
     "mbrl.agents.mopo_ppo",
     "mbrl.agents.edac",
     "mbrl.agents.td3_bc",
+    "mbrl.agents.cql",
 )
 
 # Sections every run has, whatever the algorithm.
