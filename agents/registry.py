@@ -23,6 +23,7 @@ MODULES = (
     "mbrl.agents.edac",
     "mbrl.agents.td3_bc",
     "mbrl.agents.cql",
+    "mbrl.agents.iql",
 )
 
 # Sections every run has, whatever the algorithm.
