@@ -10,16 +10,49 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-# Make sure no test ever reads or writes the user's real dataset folders.
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
+# The tests' programs are tiny, so most of their time is XLA's compile time, and LLVM's level 0 compiles fastest.
+# Measured over the whole suite: 11% less CPU time than level 1 and 15% less than the default, although the FQE
+# tests' long loops run 3x slower at level 0. Set before JAX starts; subprocesses inherit it.
+if "xla_backend_optimization_level" not in os.environ.get("XLA_FLAGS", ""):
+    os.environ["XLA_FLAGS"] = f"{os.environ.get('XLA_FLAGS', '')} --xla_backend_optimization_level=0".strip()
+
+# The slowest files first (longest-processing-time-first), so that the two xdist workers, which take whole files in
+# this order (`--no-loadscope-reorder`), finish together; the rest keep pytest's order.
+SLOWEST_FILES = ("test_train.py", "test_end_to_end.py", "test_sweep.py", "test_end_to_end_model_free.py",
+                 "test_ope.py", "test_sweep_workers.py", "test_sac.py", "test_neubay.py", "test_export.py",
+                 "test_finetune.py", "test_sharding.py", "test_cql.py")
 
 
+def pytest_collection_modifyitems(config, items):
+    rank = {name: i for i, name in enumerate(SLOWEST_FILES)}
+    items.sort(key=lambda item: rank.get(item.path.name, len(rank)))
+
+
+def _compile_cache(tmp_path_factory) -> Path:
+    """One on-disk compile cache for the whole session, both xdist workers included: tests that build the same
+    tiny networks compile each program once. Outside the user's own cache, so no test reads a stale one."""
+    root = tmp_path_factory.getbasetemp()
+    return (root.parent if os.environ.get("PYTEST_XDIST_WORKER") else root) / "jax-cache"
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _shared_compile_cache(tmp_path_factory):
+    import jax
+
+    where = _compile_cache(tmp_path_factory)
+    where.mkdir(parents=True, exist_ok=True)
+    jax.config.update("jax_compilation_cache_dir", str(where))
+    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.2)
+
+
+# Make sure no test ever reads or writes the user's real dataset folders.
 @pytest.fixture(autouse=True)
 def _isolated_data_dirs(tmp_path_factory, monkeypatch):
     root = tmp_path_factory.getbasetemp()
     monkeypatch.setenv("MBRL_DATA_DIR", str(root / "mbrl-datasets"))
     monkeypatch.setenv("MINARI_DATASETS_PATH", str(root / "mbrl-datasets"))
-    monkeypatch.setenv("MBRL_CACHE_DIR", str(root / "jax-cache"))  # `mbrl train` keeps compiles on disk
+    monkeypatch.setenv("MBRL_CACHE_DIR", str(_compile_cache(tmp_path_factory)))  # `mbrl train` keeps compiles on disk
     # Populations vmap their members: the same numbers on every machine, and no layout probe per test
     # (tests/test_train.py checks the probe and the mapped layout).
     monkeypatch.setenv("MBRL_MEMBER_LAYOUT", "vmap")

@@ -89,7 +89,8 @@ def close(a, b, what, rtol=1e-5, atol=1e-6):
 
 
 def test_a_sharded_population_trains_as_the_unsharded_one(hopper_tiny_path, tmp_path):
-    env = {**os.environ, "XLA_FLAGS": "--xla_force_host_platform_device_count=4", "JAX_PLATFORMS": "cpu"}
+    flags = f"{os.environ.get('XLA_FLAGS', '')} --xla_force_host_platform_device_count=4".strip()
+    env = {**os.environ, "XLA_FLAGS": flags, "JAX_PLATFORMS": "cpu"}
     done = subprocess.run([sys.executable, "-c", CHILD, str(hopper_tiny_path), str(tmp_path), json.dumps(TINY)],
                           capture_output=True, text=True, timeout=300, env=env)
     assert done.returncode == 0, done.stderr[-4000:]
