@@ -4,6 +4,8 @@
   model rows, 2 critics and an actor of 2x256, auto-alpha.
 - `edac10_update`: EDAC's update (OfflineRL-Kit `EDACPolicy.learn`): 10 critics of 3x256, η=1,
   batch 256 from the real data.
+- `edac_update`, `td3_bc_update`, `cql_update`, `iql_update`: the model-free baselines' updates at their paper
+  presets, batch 256 from the real data (OfflineRL-Kit's `EDACPolicy`, `TD3BCPolicy`, `CQLPolicy`, `IQLPolicy`).
 - `seeds5_vmapped`: whole training epochs (rollouts, then updates) of 5 seeds in one vmapped program
   against the same 5 seeds run one after the other.
 
@@ -50,35 +52,37 @@ def _buffers(trainer, real_rows: int, model_rows: int):
         )
 
     real = replay.from_transitions(random_rows(jax.random.PRNGKey(0), real_rows))
+    if not trainer.uses_model:
+        return real, None
     model = replay.insert(trainer.part.empty(),
                           random_rows(jax.random.PRNGKey(1), model_rows), jnp.ones(model_rows, bool))
     return real, model
 
 
-def update_flops(trainer) -> float:
-    """FLOPs of one update, from XLA's cost analysis of the compiled `agent.update`."""
+def update_flops(trainer, own_update: bool = False) -> float:
+    """FLOPs of one update, from XLA's cost analysis of the compiled single update: the SAC-N core's on its `sac`
+    values, or (`own_update`: TD3+BC, IQL, CQL's core) the learner's own on every section's."""
     rows = trainer.agent.batch_size
     batch = Transitions(
         obs=jnp.zeros((rows, OBS_DIM)), action=jnp.zeros((rows, ACT_DIM)), reward=jnp.zeros(rows),
         next_obs=jnp.zeros((rows, OBS_DIM)), terminal=jnp.zeros(rows, bool), timeout=jnp.zeros(rows, bool),
     )
-    core = trainer.agent.core  # the SAC-N core's single update
-    hypers = hypers_of(trainer.config)["sac"]
-    state = jax.jit(core.init)(jax.random.PRNGKey(0), hypers)
-    compiled = jax.jit(core.update).lower(state, batch, jax.random.PRNGKey(0), hypers).compile()
+    learner = getattr(trainer.agent, "core", trainer.agent)
+    hypers = hypers_of(trainer.config)
+    state = jax.jit(trainer.agent.init)(jax.random.PRNGKey(0), hypers)
+    hypers = hypers if own_update else hypers["sac"]
+    compiled = jax.jit(learner.update).lower(state, batch, jax.random.PRNGKey(0), hypers).compile()
     cost = compiled.cost_analysis()
     cost = cost[0] if isinstance(cost, (list, tuple)) else cost
     return float(cost["flops"])
 
 
-def _update_rate(algo: str, overrides: dict, quick: bool, repeats: int = 3) -> dict:
+def _update_rate(algo: str, overrides: dict, quick: bool, repeats: int = 3, own_update: bool = False) -> dict:
     """Updates/s of the compiled K-update chunk (sampling included) on one seed."""
     updates = 50 if quick else 500
     overrides = {**overrides, "schedule": {"updates_per_epoch": updates}}
     trainer = Trainer(_config(algo, overrides), OBS_DIM, ACT_DIM)
     real, model = _buffers(trainer, 100_000 if quick else 1_000_000, 50_000 if quick else 250_000)
-    if not trainer.uses_model:
-        model = None
     hypers = hypers_of(trainer.config)
 
     def chunk(agent_state, key):
@@ -96,11 +100,11 @@ def _update_rate(algo: str, overrides: dict, quick: bool, repeats: int = 3) -> d
         state, metrics = chunk(state, jax.random.PRNGKey(2 + i))
         jax.block_until_ready(metrics)
         best = min(best, time.perf_counter() - start)
-    return {"updates_per_s": updates / best, "updates": updates, "flops_per_update": update_flops(trainer)}
+    return {"updates_per_s": updates / best, "updates": updates, "flops_per_update": update_flops(trainer, own_update)}
 
 
-def _update_figure(name: str, algo: str, overrides: dict, quick: bool) -> dict:
-    result = _update_rate(algo, overrides, quick)
+def _update_figure(name: str, algo: str, overrides: dict, quick: bool, own_update: bool = False) -> dict:
+    result = _update_rate(algo, overrides, quick, own_update=own_update)
     rate = result["updates_per_s"]
     peak = matmul_flops_per_s()
     achieved = rate * result["flops_per_update"]
@@ -159,4 +163,24 @@ def seeds5_vmapped(quick: bool) -> dict:
     }
 
 
-FIGURES = {"sac2_update": sac2_update, "edac10_update": edac10_update, "seeds5_vmapped": seeds5_vmapped}
+# The model-free baselines at their paper presets on halfcheetah-medium (batch 256, real data only), the workloads of
+# OfflineRL-Kit's run_edac.py, run_td3bc.py, run_cql.py and run_iql.py.
+def edac_update(quick: bool) -> dict:
+    return _update_figure("edac_update", "edac", {}, quick)  # its preset there: 10 critics of 3x256, η 1
+
+
+def td3_bc_update(quick: bool) -> dict:
+    return _update_figure("td3_bc_update", "td3-bc", {}, quick, own_update=True)  # 2 critics and actor of 2x256
+
+
+def cql_update(quick: bool) -> dict:
+    return _update_figure("cql_update", "cql", {}, quick, own_update=True)  # 2 critics of 3x256, 10 sampled actions
+
+
+def iql_update(quick: bool) -> dict:
+    return _update_figure("iql_update", "iql", {}, quick, own_update=True)  # 2 critics, value and actor of 2x256
+
+
+FIGURES = {"sac2_update": sac2_update, "edac10_update": edac10_update, "seeds5_vmapped": seeds5_vmapped,
+           "edac_update": edac_update, "td3_bc_update": td3_bc_update, "cql_update": cql_update,
+           "iql_update": iql_update}
