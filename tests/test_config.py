@@ -13,7 +13,7 @@ import pytest
 import tyro
 
 from mbrl.agents import registry
-from mbrl.agents.mopo import HORIZON_PENALTY as MOPO_DATASETS
+from mbrl.agents.mopo import HORIZON_PENALTY as MOPO_DATASETS, NEORL2_HORIZON_PENALTY as MOPO_NEORL2
 from mbrl.agents.neubay_presets import PER_DATASET as NEUBAY_DATASETS
 from mbrl.agents.sac_n import SACNConfig
 from mbrl import config as config_io
@@ -74,6 +74,18 @@ def test_train_accepts_exactly_the_fields_the_algorithm_reads():
     assert (bc.bc.batch_size, bc.schedule.epochs, bc.seeds) == (64, 3, 2)
     mopo = resolve("--algo", "mopo", "--mopo.penalty-coef", "2.5", "--imagination.horizon", "3")
     assert (mopo.mopo.penalty_coef, mopo.imagination.horizon) == (2.5, 3)
+
+
+def test_mopo_takes_neorl2s_per_task_settings_and_drops_the_anchor_only_where_measured():
+    # polixir/NeoRL2 benchmark/results/<Task>-mopo/log.csv, the (horizon, penalty) of report_result.py's choice.
+    dmsd = config_io.build("mopo", "neorl2:DMSD", "quick")
+    assert (dmsd.imagination.horizon, dmsd.mopo.penalty_coef, dmsd.mopo.uncertainty) == (1, 0.5, "aleatoric_max")
+    assert (dmsd.sac.actor_bc_coef, dmsd.imagination.real_ratio) == (0.0, 0.05)
+    glucose = config_io.build("mopo", "neorl2:Simglucose", "quick")
+    assert (glucose.imagination.horizon, glucose.mopo.penalty_coef) == (1, 5.0)
+    assert (glucose.sac.actor_bc_coef, glucose.imagination.real_ratio) == (2.5, 0.5)  # the quick anchor kept
+    cheetah = config_io.build("mopo", "neorl2:SafetyHalfCheetah", "paper")
+    assert (cheetah.imagination.horizon, cheetah.mopo.penalty_coef, cheetah.sac.actor_bc_coef) == (5, 5.0, 0.0)
 
 
 # -------------------------------------------------------------------------------------------------
@@ -139,7 +151,7 @@ def test_a_train_config_holds_defaults_in_the_sections_its_algorithm_does_not_re
 
 
 def test_every_preset_sets_only_what_its_algorithm_reads():
-    datasets = [None, "hopper-medium", *MOPO_DATASETS, *NEUBAY_DATASETS]
+    datasets = [None, "hopper-medium", *MOPO_DATASETS, *MOPO_NEORL2, *NEUBAY_DATASETS]
     for algo in registry.ALGORITHMS:
         for name in registry.PRESETS:
             for dataset in datasets:
