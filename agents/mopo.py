@@ -82,8 +82,8 @@ NEORL2_HORIZON_PENALTY: dict[str, tuple[int, float]] = {
     "safetyhalfcheetah": (5, 5.0),
     "simglucose": (1, 5.0),
 }
-# Where a measurement on the task showed that the quick anchor (`ANCHOR_QUICK`, half the batch real) costs score, the
-# pure algorithm; the value says where the measurement is.
+# Where a measurement on the task found the anchored quick preset (`ANCHOR_QUICK`, half the batch real) no better than
+# the pure algorithm at the task's published (h, λ): the pure one; the value says where the measurement is.
 WITHOUT_ANCHOR = {"dmsd": "docs/neorl2.md, MOPO at NeoRL-2's settings"}
 # For datasets MOPO did not publish. The source the presets have always used is unstated: OfflineRL-Kit's
 # run_example/run_mopo.py defaults are (1, 2.5), not these.
