@@ -2,10 +2,10 @@
 
 - `sac2_update`: MOPO's SAC update (OfflineRL-Kit `MOPOPolicy.learn`): batch 256 mixed 5% real / 95%
   model rows, 2 critics and an actor of 2x256, auto-alpha.
-- `edac10_update`: EDAC's update (OfflineRL-Kit `EDACPolicy.learn`): 10 critics of 3x256, η=1,
+- `edac10_update`: EDAC's update (`--algo edac`; OfflineRL-Kit `EDACPolicy.learn`): 10 critics of 3x256, η=1,
   batch 256 from the real data.
-- `edac_update`, `td3_bc_update`, `cql_update`, `iql_update`: the model-free baselines' updates at their paper
-  presets, batch 256 from the real data (OfflineRL-Kit's `EDACPolicy`, `TD3BCPolicy`, `CQLPolicy`, `IQLPolicy`).
+- `td3_bc_update`, `cql_update`, `iql_update`: the other model-free baselines' updates at their paper presets,
+  batch 256 from the real data (OfflineRL-Kit's `TD3BCPolicy`, `CQLPolicy`, `IQLPolicy`).
 - `seeds5_vmapped`: whole training epochs (rollouts, then updates) of 5 seeds in one vmapped program
   against the same 5 seeds run one after the other.
 
@@ -125,9 +125,8 @@ def sac2_update(quick: bool) -> dict:
 
 
 def edac10_update(quick: bool) -> dict:
-    # EDAC itself is model-free: real data only (real_ratio 1), as OfflineRL-Kit's EDAC.
-    overrides = {"sac": {"num_critics": 10, "hidden_sizes": [256, 256, 256], "eta": 1.0}, "imagination": {"real_ratio": 1.0}}
-    return _update_figure("edac10_update", "ravl", overrides, quick)
+    overrides = {"sac": {"num_critics": 10, "hidden_sizes": [256, 256, 256], "eta": 1.0}}
+    return _update_figure("edac10_update", "edac", overrides, quick)
 
 
 def seeds5_vmapped(quick: bool) -> dict:
@@ -163,12 +162,8 @@ def seeds5_vmapped(quick: bool) -> dict:
     }
 
 
-# The model-free baselines at their paper presets on halfcheetah-medium (batch 256, real data only), the workloads of
-# OfflineRL-Kit's run_edac.py, run_td3bc.py, run_cql.py and run_iql.py.
-def edac_update(quick: bool) -> dict:
-    return _update_figure("edac_update", "edac", {}, quick)  # its preset there: 10 critics of 3x256, η 1
-
-
+# The other model-free baselines at their paper presets on halfcheetah-medium (batch 256, real data only), the
+# workloads of OfflineRL-Kit's run_td3bc.py, run_cql.py and run_iql.py.
 def td3_bc_update(quick: bool) -> dict:
     return _update_figure("td3_bc_update", "td3-bc", {}, quick, own_update=True)  # 2 critics and actor of 2x256
 
@@ -182,5 +177,4 @@ def iql_update(quick: bool) -> dict:
 
 
 FIGURES = {"sac2_update": sac2_update, "edac10_update": edac10_update, "seeds5_vmapped": seeds5_vmapped,
-           "edac_update": edac_update, "td3_bc_update": td3_bc_update, "cql_update": cql_update,
-           "iql_update": iql_update}
+           "td3_bc_update": td3_bc_update, "cql_update": cql_update, "iql_update": iql_update}
