@@ -179,6 +179,11 @@ class CQLCore(SACN):
         repeated = jnp.broadcast_to(obs[:, None], (rows, m, obs.shape[-1])).reshape(rows * m, -1)
         return self.critic.apply(critic_params, repeated, actions.reshape(rows * m, -1)).reshape(-1, rows, m)
 
+    def penalty_rows(self, batch: Transitions) -> tuple[Transitions, Transitions]:
+        """The rows whose sampled actions the penalty pushes down, and the rows whose actions it pushes up: both the
+        whole batch in CQL (COMBO splits them between model and real rows)."""
+        return batch, batch
+
     def critic_loss(self, critic_params, state: SACNState, batch: Transitions, key, hypers: dict):
         """The TD loss plus the penalty of every critic, summed (each critic's own loss in the references)."""
         td_key, sample_key = jax.random.split(key)
@@ -186,9 +191,10 @@ class CQLCore(SACN):
         if not self.use_cql:
             return loss, metrics
         cql = hypers["cql"]
-        samples = self.sample_actions(state.actor_params, batch, sample_key)
-        q_data = self.critic.apply(critic_params, batch.obs, batch.action)
-        gap = conservative_gap(lambda a: self.q_at(critic_params, batch.obs, a), q_data, samples,
+        pushed, data = self.penalty_rows(batch)
+        samples = self.sample_actions(state.actor_params, pushed, sample_key)
+        q_data = self.critic.apply(critic_params, data.obs, data.action)
+        gap = conservative_gap(lambda a: self.q_at(critic_params, pushed.obs, a), q_data, samples,
                                cql["cql_temperature"], self.cql.min_q_version)
         if self.cql.with_lagrange:
             penalty = cql["cql_alpha"] * jnp.sum(cql["cql_weight"] * gap - cql["lagrange_threshold"])
