@@ -24,6 +24,7 @@ MODULES = (
     "mbrl.agents.td3_bc",
     "mbrl.agents.cql",
     "mbrl.agents.iql",
+    "mbrl.agents.combo",
 )
 
 # Sections every run has, whatever the algorithm.
