@@ -74,6 +74,16 @@ class TransitionLearner(FlatLearner, Protocol):
     def model_reward(self, hypers: Hypers, reward: jax.Array, uncertainty: jax.Array) -> jax.Array: ...
 
 
+class ModelReader(FlatLearner, Protocol):
+    """An algorithm whose updates query the world model themselves (MOBILE samples next states from the ensemble at
+    every update): the training program hands the model to its `update_many` as `world_model`."""
+
+    reads_model: ClassVar[bool]  # True
+
+    def update_many(self, state: Any, batches: Any, key: jax.Array, hypers: Hypers,
+                    world_model: Any = None) -> tuple[Any, dict]: ...
+
+
 class SequenceSettings(Protocol):
     """What sequence imagination reads of its algorithm's settings."""
 

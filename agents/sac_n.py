@@ -226,14 +226,18 @@ class SACN:
 
     # ----------------------------------------------------------------- losses
 
-    def critic_loss(self, critic_params, state: SACNState, batch: Transitions, key, hypers: dict):
-        """Sum over members of the mean squared TD error, plus eta * the EDAC diversity term."""
+    def td_target(self, state: SACNState, batch: Transitions, key, hypers: dict) -> jax.Array:
+        """The soft TD target r + gamma (1 - terminal) (min_i Q'_i(s', a') - alpha log pi(a'|s')), a' ~ pi(s')."""
         next_action, next_logp = self.sample(state.actor_params, batch.next_obs, key)
         next_q = self.critic.apply(state.target_critic_params, batch.next_obs, next_action)
         alpha = self.alpha(state.log_alpha)
         next_v = jnp.min(next_q, axis=0) - alpha * next_logp
         not_done = 1.0 - batch.terminal.astype(jnp.float32)
-        target = jax.lax.stop_gradient(batch.reward + hypers["gamma"] * not_done * next_v)
+        return jax.lax.stop_gradient(batch.reward + hypers["gamma"] * not_done * next_v)
+
+    def critic_loss(self, critic_params, state: SACNState, batch: Transitions, key, hypers: dict):
+        """Sum over members of the mean squared TD error, plus eta * the EDAC diversity term."""
+        target = self.td_target(state, batch, key, hypers)
         q = self.critic.apply(critic_params, batch.obs, batch.action)
         td_loss = jnp.sum(jnp.mean((q - target[None]) ** 2, axis=1))
         metrics = {"critic_loss": td_loss, "q_mean": jnp.mean(q), "target_mean": jnp.mean(target)}

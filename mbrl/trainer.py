@@ -154,18 +154,23 @@ class Trainer:
             store, counters, metrics, _ = self.part.collect(state.agent, state.store, state.counters, real, world_model,
                                                             aux, state.hypers, collect_key)
             batches = self.part.sample(real, store, sample_key, self.budget)
-            agent, update_metrics = self.agent.update_many(state.agent, batches, update_key, state.hypers)
+            agent, update_metrics = self._update_many(state.agent, batches, update_key, state.hypers, world_model)
             kept = store if self.part.retains_store else state.store
             state = state.replace(agent=agent, store=kept, counters=counters, key=key, epoch=state.epoch + 1)
             return state, {**metrics, **update_metrics}
         return self._credit_epoch(state, real, world_model, aux)
+
+    def _update_many(self, agent_state, batches, key, hypers, world_model):
+        """The algorithm's K updates; one that queries the world model in its updates (`ModelReader`) is handed it."""
+        reads = {"world_model": world_model} if getattr(self.agent, "reads_model", False) else {}
+        return self.agent.update_many(agent_state, batches, key, hypers, **reads)
 
     def _credit_epoch(self, state: TrainState, real, world_model, aux):
         budget = self.budget
 
         def update_block(agent, store, key, hypers):
             sample_key, update_key = jax.random.split(key)
-            return self.agent.update_many(agent, self.part.sample(real, store, sample_key, 1), update_key, hypers)
+            return self._update_many(agent, self.part.sample(real, store, sample_key, 1), update_key, hypers, world_model)
 
         def collect(state, key):
             return self.part.collect(state.agent, state.store, state.counters, real, world_model, aux, state.hypers, key)
