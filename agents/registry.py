@@ -25,6 +25,7 @@ MODULES = (
     "mbrl.agents.cql",
     "mbrl.agents.iql",
     "mbrl.agents.combo",
+    "mbrl.agents.mobile",
 )
 
 # Sections every run has, whatever the algorithm.
