@@ -266,6 +266,8 @@ class AlgorithmEntry:
     finalize: TrainConfig -> {section: replacement}: its rules across sections, run when a config is built; raises
         `ConfigError` for a combination it refuses, returns values that follow from others (may be empty).
     smoke: the smallest sizes of its own sections that still exercise every part (tests, smoke runs).
+    space: its shipped search space (`mbrl sweep --space NAME`), keyed as a TOML space file is
+        (`mbrl.sweep.space`): option -> {low, high[, log, step]} or {choices}; empty: none.
     """
 
     name: str
@@ -278,6 +280,7 @@ class AlgorithmEntry:
     compiled_schedule: Callable[[Any], dict[str, Any]] = lambda config: {}
     finalize: Callable[[Any], dict[str, Any]] = lambda config: {}
     smoke: Mapping[str, Mapping[str, Any]] = dataclasses.field(default_factory=dict)
+    space: Mapping[str, Mapping[str, Any]] = dataclasses.field(default_factory=dict)
 
     def __post_init__(self):
         if self.model_kind not in MODEL_SECTIONS:

@@ -106,5 +106,16 @@ def make(config, obs_dim, act_dim, obs_scale):
     return BC(config.bc, obs_dim, act_dim, obs_scale)
 
 
+# BC's search space (`mbrl sweep --algo bc --space bc`): the deterministic actor's optimiser and size, the dimensions
+# of NeoRL-2's grid for BC (polixir/OfflineRL offlinerl/config/algo/bc_config.py: actor learning rate in {1e-5, 1e-3},
+# width in {64, 1024}, depth in {1, 5}; default 1e-3, 2 x 256), plus the batch size. The bounds are ours. Sizes change
+# array shapes: trials that differ in them train as separate populations, so they have few values.
+SPACE = {
+    "bc.learning_rate": {"low": 1e-5, "high": 3e-3, "log": True},
+    "bc.batch_size": {"choices": [256, 1024]},
+    "bc.hidden_sizes": {"choices": [[256, 256], [256, 256, 256], [512, 512]]},
+}
+
 ALGORITHM = AlgorithmEntry(name="bc", sections={"bc": BCConfig}, make=make, presets=PRESETS,
-                           smoke={"bc": {"hidden_sizes": [16, 16], "batch_size": 16}})
+                           smoke={"bc": {"hidden_sizes": [16, 16], "batch_size": 16}},
+                           space=SPACE)

@@ -158,10 +158,16 @@ def make(config, obs_dim, act_dim, obs_scale):
     return COMBO(config.sac, config.cql, config.combo, real_rows(config), obs_dim, act_dim, obs_scale)
 
 
+# COMBO's search space (`mbrl sweep --algo combo --space combo`): NeoRL-2's grid (above: w {2.5, 3.5, 5} x h {1, 5} x
+# rho_s {model, mix}).
+SPACE = {"cql.cql_weight": {"choices": [2.5, 3.5, 5.0]}, "imagination.horizon": {"choices": [1, 5]},
+         "combo.rho_s": {"choices": ["model", "mix"]}}
+
 ALGORITHM = AlgorithmEntry(
     name="combo", sections={"sac": SACNConfig, "cql": CQLConfig, "combo": COMBOConfig}, make=make, presets=PRESETS,
     per_dataset=per_dataset, model_kind="mlp",
     imagination_fields=("horizon", "rollouts_per_epoch", "retain_epochs", "real_ratio", "per_seed_model"),
     finalize=combo_rules,
     smoke={"sac": {"num_critics": 2, "hidden_sizes": [16, 16], "batch_size": 16}, "cql": {"num_samples": 2}},
+    space=SPACE,
 )

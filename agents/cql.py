@@ -338,8 +338,19 @@ def make(config, obs_dim, act_dim, obs_scale):
     return CQL(config.sac, config.cql, obs_dim, act_dim, obs_scale)
 
 
+# CQL's search space (`mbrl sweep --algo cql --space cql`): NeoRL-2's grid (polixir/NeoRL2
+# benchmark/results/<Task>-cql/log.csv: lagrange_thresh {-1: off, 2, 5, 10} x min_q_version {2, 3} x min_q_weight
+# {5, 10}), the threshold split into the multiplier's switch and its value.
+SPACE = {
+    "cql.with_lagrange": {"choices": [False, True]},
+    "cql.lagrange_threshold": {"choices": [2.0, 5.0, 10.0]},
+    "cql.min_q_version": {"choices": [2, 3]},
+    "cql.cql_weight": {"choices": [5.0, 10.0]},
+}
+
 ALGORITHM = AlgorithmEntry(
     name="cql", sections={"sac": SACNConfig, "cql": CQLConfig}, make=make, presets=PRESETS, per_dataset=per_dataset,
     smoke={"sac": {"num_critics": 2, "hidden_sizes": [16, 16], "batch_size": 16},
            "cql": {"num_samples": 2, "with_lagrange": True, "policy_bc_steps": 20}},
+    space=SPACE,
 )

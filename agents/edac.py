@@ -93,7 +93,12 @@ def make(config, obs_dim, act_dim, obs_scale):
     return EDAC(config.sac, obs_dim, act_dim, None, obs_scale)  # bc_rows None: every row of a batch is real
 
 
+# EDAC's search space (`mbrl sweep --algo edac --space edac`): NeoRL-2's grid (polixir/NeoRL2
+# benchmark/results/<Task>-edac/log.csv: N {10, 50} x eta {1, 5}).
+SPACE = {"sac.num_critics": {"choices": [10, 50]}, "sac.eta": {"choices": [1.0, 5.0]}}
+
 ALGORITHM = AlgorithmEntry(
     name="edac", sections={"sac": SACNConfig}, make=make, presets=PRESETS, per_dataset=per_dataset,
     smoke={"sac": {"num_critics": 2, "hidden_sizes": [16, 16], "batch_size": 16}},
+    space=SPACE,
 )

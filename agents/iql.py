@@ -300,7 +300,13 @@ def compiled_schedule(config) -> dict:
     return {"epochs": config.schedule.epochs} if config.iql.actor_schedule == "cosine" else {}
 
 
+# IQL's search space (`mbrl sweep --algo iql --space iql`): the expectile and the advantage temperature, between the
+# paper's two settings (Kostrikov et al. 2022, Appendix B: 0.7 and 3 on the locomotion tasks, 0.9 and 10 on AntMaze).
+# NeoRL-2 did not run IQL. The bounds are ours.
+SPACE = {"iql.expectile": {"low": 0.5, "high": 0.95}, "iql.beta": {"low": 0.5, "high": 10.0, "log": True}}
+
 ALGORITHM = AlgorithmEntry(
     name="iql", sections={"iql": IQLConfig}, make=make, presets=PRESETS, compiled_schedule=compiled_schedule,
     smoke={"iql": {"hidden_sizes": [16, 16], "batch_size": 16}},
+    space=SPACE,
 )

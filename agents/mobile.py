@@ -189,10 +189,15 @@ def make(config, obs_dim, act_dim, obs_scale):
     return MOBILE(config.sac, config.mobile, real_rows(config), obs_dim, act_dim, obs_scale)
 
 
+# MOBILE's search space (`mbrl sweep --algo mobile --space mobile`): NeoRL-2's grid (above: h {1, 5} x lambda
+# {0.5, 1.5, 2.5, 3.5}).
+SPACE = {"imagination.horizon": {"choices": [1, 5]}, "mobile.penalty_coef": {"choices": [0.5, 1.5, 2.5, 3.5]}}
+
 ALGORITHM = AlgorithmEntry(
     name="mobile", sections={"sac": SACNConfig, "mobile": MOBILEConfig}, make=make, presets=PRESETS,
     per_dataset=per_dataset, model_kind="mlp",
     imagination_fields=("horizon", "rollouts_per_epoch", "retain_epochs", "real_ratio", "per_seed_model"),
     finalize=mobile_rules,
     smoke={"sac": {"num_critics": 2, "hidden_sizes": [16, 16], "batch_size": 16}, "mobile": {"num_samples": 2}},
+    space=SPACE,
 )

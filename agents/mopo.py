@@ -131,10 +131,25 @@ def make(config, obs_dim, act_dim, obs_scale):
     return MOPO(config.sac, config.mopo, obs_dim, act_dim, real_rows(config), obs_scale)
 
 
+# MOPO's search space (`mbrl sweep --algo mopo --space mopo`): the dimensions Lu et al. 2022 ("Revisiting Design
+# Choices in Offline Model-Based Reinforcement Learning", ICLR 2022, Sec. 5) tuned by Bayesian optimisation (the
+# uncertainty penalty, the number of models, the rollout length h and the penalty weight lambda), plus the quick
+# preset's BC weight and real-data ratio. The bounds are ours, around MOPO's published per-dataset values (h in
+# {1, 5}, lambda in [0.5, 5]). A trial that changes the ensemble fits its own world model.
+SPACE = {
+    "mopo.penalty_coef": {"low": 0.1, "high": 10.0, "log": True},
+    "mopo.uncertainty": {"choices": ["aleatoric_max", "pairwise_max", "ensemble_std", "epistemic_std"]},
+    "imagination.horizon": {"choices": [1, 5, 10, 20]},
+    "ensemble.num_elites": {"choices": [3, 5, 7]},
+    "imagination.real_ratio": {"choices": [0.05, 0.25, 0.5]},
+    "sac.actor_bc_coef": {"low": 0.1, "high": 10.0, "log": True},
+}
+
 ALGORITHM = AlgorithmEntry(
     name="mopo", sections={"sac": SACNConfig, "mopo": MOPOConfig}, make=make, presets=PRESETS,
     per_dataset=per_dataset, model_kind="mlp",
     imagination_fields=("horizon", "rollouts_per_epoch", "retain_epochs", "real_ratio", "per_seed_model"),
     finalize=sac_rules,
     smoke={"sac": {"num_critics": 2, "hidden_sizes": [16, 16], "batch_size": 16}, "mopo": {"penalty_coef": 1.0}},
+    space=SPACE,
 )

@@ -59,8 +59,21 @@ def make(config, obs_dim, act_dim, obs_scale):
     return RAVL(config.sac, obs_dim, act_dim, real_rows(config), obs_scale)
 
 
+# RAVL's search space (`mbrl sweep --algo ravl --space ravl`): its own knobs (the number of critics N, EDAC's
+# diversity weight eta, the rollout length k and the real ratio, around edge-of-reach's defaults N 10, eta 1, k 5,
+# real ratio 0.05), plus the quick preset's BC weight. The bounds are ours. N is a choice because it changes the
+# critics' shapes (trials with different N run apart).
+SPACE = {
+    "sac.num_critics": {"choices": [5, 10, 20]},
+    "sac.eta": {"low": 0.1, "high": 100.0, "log": True},
+    "imagination.horizon": {"choices": [1, 5, 10]},
+    "imagination.real_ratio": {"choices": [0.05, 0.5]},
+    "sac.actor_bc_coef": {"low": 0.1, "high": 10.0, "log": True},
+}
+
 ALGORITHM = AlgorithmEntry(
     name="ravl", sections={"sac": SACNConfig}, make=make, presets=PRESETS, model_kind="mlp",
     imagination_fields=("horizon", "rollouts_per_epoch", "retain_epochs", "real_ratio", "per_seed_model"),
     finalize=sac_rules, smoke={"sac": {"num_critics": 2, "hidden_sizes": [16, 16], "batch_size": 16}},
+    space=SPACE,
 )

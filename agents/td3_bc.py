@@ -257,7 +257,12 @@ def make(config, obs_dim, act_dim, obs_scale):
     return TD3BC(config.td3_bc, obs_dim, act_dim, obs_scale)
 
 
+# TD3+BC's search space (`mbrl sweep --algo td3-bc --space td3-bc`): NeoRL-2's grid (polixir/NeoRL2
+# benchmark/results/<Task>-td3bc/log.csv: alpha {0.05, 0.1, 0.2} x policy noise {0.5, 1.5, 2.5}).
+SPACE = {"td3_bc.alpha": {"choices": [0.05, 0.1, 0.2]}, "td3_bc.policy_noise": {"choices": [0.5, 1.5, 2.5]}}
+
 ALGORITHM = AlgorithmEntry(
     name="td3-bc", sections={"td3_bc": TD3BCConfig}, make=make, presets=PRESETS, per_dataset=per_dataset,
     finalize=normalize_states, smoke={"td3_bc": {"hidden_sizes": [16, 16], "batch_size": 16}},
+    space=SPACE,
 )

@@ -20,9 +20,12 @@ import optuna
 import pytest
 
 from mbrl import config as config_io
+from mbrl.agents import registry
 from mbrl.cli import main
 from mbrl.ope.holdout import split_holdout
+from mbrl.core.errors import ConfigError
 from mbrl.sweep import objective
+from mbrl.sweep import space as space_io
 
 TINY = [
     "--sac.num-critics", "2", "--sac.hidden-sizes", "32", "32", "--sac.batch-size", "32",
@@ -89,23 +92,26 @@ def test_a_bad_or_unreachable_storage_gets_one_line_and_exit_2(storage, expected
     assert code == 2 and len(err.splitlines()) == 1 and expected in err, err
 
 
-def test_shipped_spaces_load_against_their_algorithms_presets():
-    import tomllib
+def test_every_new_algorithm_ships_a_space_that_loads_against_its_presets():
 
-    from mbrl.sweep import space as space_io
-
-    shipped = sorted(space_io.SHIPPED.glob("*.toml"))
-    assert [p.stem for p in shipped] == ["bc", "mopo", "ravl"]
-    for path in shipped:
-        base = config_io.build(path.stem, "hopper-medium")
-        space = space_io.load(path.stem, base)
-        assert space.names() == [k.removeprefix("--").replace("-", "_") for k in tomllib.loads(path.read_text())]
+    names = space_io.shipped_names()
+    assert set(names) >= {"bc", "mopo", "ravl", "edac", "td3-bc", "cql", "iql", "combo", "mobile"}
+    for name in names:
+        base = config_io.build(name, "hopper-medium")
+        space = space_io.load(name, base)
+        assert space.names() == list(registry.entry(name).space)
         # Every end of every dimension is a value the algorithm's config takes, and takes as given.
         for dim in space.dimensions:
             section, _, field = dim.name.partition(".")
             for value in dim.values_to_check():
                 applied = getattr(getattr(config_io.override(base, {section: {field: value}}), section), field)
                 assert applied == (tuple(value) if isinstance(value, list) else value), (dim.name, value, applied)
+
+
+def test_an_unknown_space_name_lists_the_shipped_ones():
+
+    with pytest.raises(ConfigError, match=r"nosuch: no such space file \(shipped spaces: ravl, mopo, bc, .*mobile\)"):
+        space_io.load("nosuch", config_io.build("bc", "hopper-medium"))
 
 
 # ------------------------------------------------------------------------------------------------ a sweep

@@ -39,7 +39,7 @@ SweepArgs = config_io.options_class(
     "SweepArgs",
     "Tune an algorithm's options by Bayesian optimisation, K trials at a time in one compiled program.",
     [
-        ("space", Annotated[Path, _arg("a TOML search space, or a shipped one by name: bc, mopo, ravl", "SPACE")]),
+        ("space", Annotated[Path, _arg("a TOML search space, or the one an algorithm ships, by its name (mopo, cql, ...)", "SPACE")]),
         *config_io.option_fields(SweepOptions),
         ("storage", Annotated[str | None, _arg("study storage URL (default: sqlite:///SWEEP_DIR/study.db); "
                                                "postgresql://USER@HOST:PORT/DB to share it between machines", "URL", "")],

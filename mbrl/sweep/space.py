@@ -20,10 +20,10 @@ from typing import Any
 
 import optuna
 
+from mbrl.agents import registry
 from mbrl.config import TrainConfig, _cli_type, _hints, _section_names, override, unread
 from mbrl.core.errors import ConfigError
 
-SHIPPED = Path(__file__).parent / "spaces"  # the spaces that come with the package: bc.toml, mopo.toml, ravl.toml
 _RANGE_KEYS = {"low", "high", "log", "step"}
 
 
@@ -76,25 +76,26 @@ def nested(params: dict[str, Any]) -> dict[str, dict[str, Any]]:
     return out
 
 
-def shipped(name: str) -> Path | None:
-    path = SHIPPED / f"{name}.toml"
-    return path if path.is_file() else None
+def shipped_names() -> list[str]:
+    """The algorithms that ship a search space (`mbrl.agents.base.AlgorithmEntry.space`), by name."""
+    return [name for name, entry in registry.ALGORITHMS.items() if entry.space]
 
 
 def load(path: str | Path, base) -> Space:
-    """The space in TOML file `path` (or the shipped space of that name, e.g. `mopo`), checked against
+    """The space in TOML file `path` (or the space algorithm `path` ships, e.g. `mopo`), checked against
     the base config `base` (a `TrainConfig`): its algorithm must read every option, and every value
     the space can give must be valid for that option."""
     path = Path(path)
-    if not path.is_file() and shipped(str(path)) is not None:
-        path = shipped(str(path))
-    if not path.is_file():
-        names = ", ".join(sorted(p.stem for p in SHIPPED.glob("*.toml")))
-        raise ConfigError(f"{path}: no such space file (shipped spaces: {names})")
-    try:
-        data = tomllib.loads(path.read_text())
-    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
-        raise ConfigError(f"{path}: not a valid TOML space ({exc})") from None
+    if path.is_file():
+        try:
+            data = tomllib.loads(path.read_text())
+        except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+            raise ConfigError(f"{path}: not a valid TOML space ({exc})") from None
+    elif str(path) in shipped_names():
+        data = {key: dict(spec) for key, spec in registry.entry(str(path)).space.items()}
+        path = Path(f"{path}'s shipped space")
+    else:
+        raise ConfigError(f"{path}: no such space file (shipped spaces: {', '.join(shipped_names())})")
     if not data:
         raise ConfigError(f"{path}: the space is empty; expected keys such as \"mopo.penalty_coef\" = {{low = 0.1, high = 10}}")
     sections = _section_names()
