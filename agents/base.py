@@ -247,7 +247,8 @@ def compile_canonical(section):
 # The sections of a world model's kind (its architecture, its fit); `mbrl.config` defines them.
 MODEL_SECTIONS = {"mlp": ("ensemble", "fit"), "rwm": ("rwm", "rwm_fit"), None: ()}
 # The fields of the `imagination` section (`mbrl.config.ImaginationConfig`).
-IMAGINATION_FIELDS = ("horizon", "rollouts_per_epoch", "retain_epochs", "real_ratio", "per_seed_model")
+IMAGINATION_FIELDS = ("horizon", "rollouts_per_epoch", "retain_epochs", "real_ratio", "per_seed_model",
+                      "model_noise")
 PRESET_NAMES = ("quick", "paper")
 
 

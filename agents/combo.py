@@ -166,7 +166,8 @@ SPACE = {"cql.cql_weight": {"choices": [2.5, 3.5, 5.0]}, "imagination.horizon": 
 ALGORITHM = AlgorithmEntry(
     name="combo", sections={"sac": SACNConfig, "cql": CQLConfig, "combo": COMBOConfig}, make=make, presets=PRESETS,
     per_dataset=per_dataset, model_kind="mlp",
-    imagination_fields=("horizon", "rollouts_per_epoch", "retain_epochs", "real_ratio", "per_seed_model"),
+    imagination_fields=("horizon", "rollouts_per_epoch", "retain_epochs", "real_ratio", "per_seed_model",
+                        "model_noise"),
     finalize=combo_rules,
     smoke={"sac": {"num_critics": 2, "hidden_sizes": [16, 16], "batch_size": 16}, "cql": {"num_samples": 2}},
     space=SPACE,

@@ -196,7 +196,8 @@ SPACE = {"imagination.horizon": {"choices": [1, 5]}, "mobile.penalty_coef": {"ch
 ALGORITHM = AlgorithmEntry(
     name="mobile", sections={"sac": SACNConfig, "mobile": MOBILEConfig}, make=make, presets=PRESETS,
     per_dataset=per_dataset, model_kind="mlp",
-    imagination_fields=("horizon", "rollouts_per_epoch", "retain_epochs", "real_ratio", "per_seed_model"),
+    imagination_fields=("horizon", "rollouts_per_epoch", "retain_epochs", "real_ratio", "per_seed_model",
+                        "model_noise"),
     finalize=mobile_rules,
     smoke={"sac": {"num_critics": 2, "hidden_sizes": [16, 16], "batch_size": 16}, "mobile": {"num_samples": 2}},
     space=SPACE,

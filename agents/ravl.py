@@ -73,7 +73,8 @@ SPACE = {
 
 ALGORITHM = AlgorithmEntry(
     name="ravl", sections={"sac": SACNConfig}, make=make, presets=PRESETS, model_kind="mlp",
-    imagination_fields=("horizon", "rollouts_per_epoch", "retain_epochs", "real_ratio", "per_seed_model"),
+    imagination_fields=("horizon", "rollouts_per_epoch", "retain_epochs", "real_ratio", "per_seed_model",
+                        "model_noise"),
     finalize=sac_rules, smoke={"sac": {"num_critics": 2, "hidden_sizes": [16, 16], "batch_size": 16}},
     space=SPACE,
 )

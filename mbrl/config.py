@@ -53,6 +53,8 @@ class ImaginationConfig:
     retain_epochs: the model buffer holds this many epochs of rollouts (a ring).
     real_ratio: the fraction of each batch drawn from the real data.
     per_seed_model: with --seeds N, fit one world model per seed (seed + i) instead of sharing one.
+    model_noise: each imagined step samples its member's Gaussian (MOPO, MBPO); False steps with the member's mean,
+        for a system without process noise whose model's variance only reflects what it cannot predict.
     """
 
     horizon: int = 5
@@ -60,6 +62,7 @@ class ImaginationConfig:
     retain_epochs: int = 5
     real_ratio: float = 0.05
     per_seed_model: bool = False
+    model_noise: bool = True
 
     def __post_init__(self):
         _positive("imagination.horizon", self.horizon)

@@ -117,7 +117,8 @@ class FlatImagination(RealOnly):
         self.starts = imagination.rollouts_per_epoch
         self.capacity = self.starts * self.horizon * imagination.retain_epochs
         chunk = ROLLOUT_SLICE if self.starts > ROLLOUT_SLICE and self.starts % ROLLOUT_SLICE == 0 else None
-        self.rollout_config = RolloutConfig(uncertainty=agent.uncertainty, batch_chunk=chunk)
+        self.rollout_config = RolloutConfig(uncertainty=agent.uncertainty, batch_chunk=chunk,
+                                            deterministic=not imagination.model_noise)
         self.num_real = replay.real_count(self.batch_size, imagination.real_ratio)
         self.obs_dim, self.act_dim = agent.obs_dim, agent.act_dim
 

@@ -12,6 +12,7 @@ import os
 import signal
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 import pytest
 
@@ -465,3 +466,28 @@ def test_imagined_horizon_compares_a_shipped_policy_in_mujoco_and_in_the_model(d
             assert line["cut_by_uncertainty"] == 0.0, name
         # Every trajectory ends by a fall, a cut or its horizon.
         assert line["terminated"] + line["cut_by_uncertainty"] + line["full_horizon"] >= 1.0 - 1e-9, name
+
+
+def test_without_model_noise_every_imagined_step_is_one_elites_mean(full_run, dataset, world_model_dir):
+    from mbrl.envs.tasks import TASKS
+    from mbrl.world_models.model import WorldModel
+
+    model = WorldModel.load(world_model_dir, TASKS["hopper"].termination_fn)
+    real_steps = None
+    for noise in (False, True):
+        config = config_io.override(full_run.config, {"imagination": {"model_noise": noise}})
+        trainer = trainer_for(config, dataset.info.obs_dim, dataset.info.act_dim)
+        part, hypers = trainer.part, hypers_of(config)
+        agent_state = trainer.agent.init(jax.random.PRNGKey(0), hypers)
+        buffer, *_ = part.collect(agent_state, part.empty(), (), trainer.real_data(dataset), model, None, hypers,
+                                  jax.random.PRNGKey(7))
+        rows = jax.tree.map(lambda x: np.asarray(x[: int(buffer.size)], np.float64), buffer.data)
+        means, _ = model.member_predictions(jnp.asarray(rows.obs, jnp.float32), jnp.asarray(rows.action, jnp.float32))
+        elite_next = rows.obs[None] + np.asarray(means, np.float64)[np.asarray(model.elites), :, : dataset.info.obs_dim]
+        # The distance of each stored next observation to the nearest elite's mean prediction.
+        nearest = np.min(np.max(np.abs(elite_next - rows.next_obs[None]), axis=-1), axis=0)
+        if noise:
+            real_steps = nearest
+        else:
+            assert len(nearest) > 0 and np.all(nearest < 1e-4)
+    assert np.median(real_steps) > 1e-3  # with noise, the steps are draws around the means
