@@ -6,6 +6,9 @@
   batch 256 from the real data.
 - `td3_bc_update`, `cql_update`, `iql_update`: the other model-free baselines' updates at their paper presets,
   batch 256 from the real data (OfflineRL-Kit's `TD3BCPolicy`, `CQLPolicy`, `IQLPolicy`).
+- `combo_update`, `mobile_update`: the conservative model-based updates at their paper presets, batch 256 of real and
+  model rows (OfflineRL-Kit's `COMBOPolicy`, `MOBILEPolicy`); MOBILE's samples 10 next states from each of the 5
+  elites of a fresh 7-member ensemble of 4x200 at every update.
 - `seeds5_vmapped`: whole training epochs (rollouts, then updates) of 5 seeds in one vmapped program
   against the same 5 seeds run one after the other.
 
@@ -30,6 +33,8 @@ from mbrl import config as config_io
 from mbrl.core import replay
 from mbrl.core.types import Transitions
 from mbrl.trainer import Trainer, hypers_of, time_epochs
+from mbrl.world_models.ensemble import EnsembleConfig, GaussianEnsemble, init_params
+from mbrl.world_models.model import Normalizer, WorldModel
 
 TARGETS = {"seeds5_vmapped": 3.0}
 OBS_DIM, ACT_DIM = 17, 6
@@ -59,6 +64,19 @@ def _buffers(trainer, real_rows: int, model_rows: int):
     return real, model
 
 
+def _world_model_reads(trainer) -> dict:
+    """{"world_model": a fresh ensemble of the default size} for an algorithm whose updates read the model, else {}."""
+    if not getattr(trainer.agent, "reads_model", False):
+        return {}
+    config = EnsembleConfig()
+    params = init_params(GaussianEnsemble(config, OBS_DIM + 1), jax.random.PRNGKey(3), OBS_DIM + ACT_DIM)
+    width = OBS_DIM + ACT_DIM
+    return {"world_model": WorldModel(params=params, input_norm=Normalizer(jnp.zeros(width), jnp.ones(width)),
+                                      target_norm=Normalizer(jnp.zeros(OBS_DIM + 1), jnp.ones(OBS_DIM + 1)),
+                                      elites=jnp.arange(config.num_elites, dtype=jnp.int32), config=config,
+                                      obs_dim=OBS_DIM, act_dim=ACT_DIM)}
+
+
 def update_flops(trainer, own_update: bool = False) -> float:
     """FLOPs of one update, from XLA's cost analysis of the compiled single update: the SAC-N core's on its `sac`
     values, or (`own_update`: TD3+BC, IQL, CQL's core) the learner's own on every section's."""
@@ -71,7 +89,8 @@ def update_flops(trainer, own_update: bool = False) -> float:
     hypers = hypers_of(trainer.config)
     state = jax.jit(trainer.agent.init)(jax.random.PRNGKey(0), hypers)
     hypers = hypers if own_update else hypers["sac"]
-    compiled = jax.jit(learner.update).lower(state, batch, jax.random.PRNGKey(0), hypers).compile()
+    reads = _world_model_reads(trainer)
+    compiled = jax.jit(learner.update).lower(state, batch, jax.random.PRNGKey(0), hypers, **reads).compile()
     cost = compiled.cost_analysis()
     cost = cost[0] if isinstance(cost, (list, tuple)) else cost
     return float(cost["flops"])
@@ -84,11 +103,12 @@ def _update_rate(algo: str, overrides: dict, quick: bool, repeats: int = 3, own_
     trainer = Trainer(_config(algo, overrides), OBS_DIM, ACT_DIM)
     real, model = _buffers(trainer, 100_000 if quick else 1_000_000, 50_000 if quick else 250_000)
     hypers = hypers_of(trainer.config)
+    reads = _world_model_reads(trainer)
 
     def chunk(agent_state, key):
         sample_key, update_key = jax.random.split(key)
         batches = trainer.part.sample(real, model, sample_key, updates)
-        return trainer.agent.update_many(agent_state, batches, update_key, hypers)
+        return trainer.agent.update_many(agent_state, batches, update_key, hypers, **reads)
 
     chunk = jax.jit(chunk, donate_argnums=0)
     state = jax.jit(trainer.agent.init)(jax.random.PRNGKey(0), hypers)
@@ -176,5 +196,14 @@ def iql_update(quick: bool) -> dict:
     return _update_figure("iql_update", "iql", {}, quick, own_update=True)  # 2 critics, value and actor of 2x256
 
 
+def combo_update(quick: bool) -> dict:
+    return _update_figure("combo_update", "combo", {}, quick, own_update=True)  # CQL's penalty on 3x256 critics
+
+
+def mobile_update(quick: bool) -> dict:
+    return _update_figure("mobile_update", "mobile", {}, quick, own_update=True)  # 2 critics of 2x256, 10 x 5 samples
+
+
 FIGURES = {"sac2_update": sac2_update, "edac10_update": edac10_update, "seeds5_vmapped": seeds5_vmapped,
-           "td3_bc_update": td3_bc_update, "cql_update": cql_update, "iql_update": iql_update}
+           "td3_bc_update": td3_bc_update, "cql_update": cql_update, "iql_update": iql_update,
+           "combo_update": combo_update, "mobile_update": mobile_update}
