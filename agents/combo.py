@@ -23,7 +23,7 @@ import jax
 from mbrl.agents.base import AlgorithmEntry
 from mbrl.agents.cql import CQL, CQLConfig, CQLCore
 from mbrl.agents.networks import ObsScale
-from mbrl.agents.presets import FIT_QUICK, IMAGINATION_PAPER, IMAGINATION_QUICK
+from mbrl.agents.presets import FIT_QUICK, IMAGINATION_PAPER, IMAGINATION_QUICK, imagination_per_dataset
 from mbrl.agents.sac_n import SACNAgent, SACNConfig, real_rows
 from mbrl.core.errors import ConfigError
 from mbrl.core.types import Transitions
@@ -127,7 +127,8 @@ NEORL2 = {
 def per_dataset(dataset: str | None) -> dict:
     if dataset in NEORL2:
         horizon, weight, rho_s = NEORL2[dataset]
-        return {"imagination": {"horizon": horizon}, "cql": {"cql_weight": weight}, "combo": {"rho_s": rho_s}}
+        return {"imagination": {"horizon": horizon, **imagination_per_dataset(dataset)}, "cql": {"cql_weight": weight},
+                "combo": {"rho_s": rho_s}}
     if dataset in D4RL:
         horizon, weight = D4RL[dataset]
         return {"imagination": {"horizon": horizon}, "cql": {"cql_weight": weight}}

@@ -24,7 +24,7 @@ import jax.numpy as jnp
 
 from mbrl.agents.base import AlgorithmEntry, scan_updates, traced
 from mbrl.agents.networks import ObsScale
-from mbrl.agents.presets import FIT_QUICK, IMAGINATION_PAPER, IMAGINATION_QUICK
+from mbrl.agents.presets import FIT_QUICK, IMAGINATION_PAPER, IMAGINATION_QUICK, imagination_per_dataset
 from mbrl.agents.sac_n import SACN, SACNAgent, SACNConfig, SACNState, real_rows, sac_rules
 from mbrl.core.errors import ConfigError
 from mbrl.core.types import Transitions
@@ -171,7 +171,7 @@ def per_dataset(dataset: str | None) -> dict:
     if found is None:
         return {}
     horizon, penalty = found
-    return {"imagination": {"horizon": horizon}, "mobile": {"penalty_coef": penalty}}
+    return {"imagination": {"horizon": horizon, **imagination_per_dataset(dataset)}, "mobile": {"penalty_coef": penalty}}
 
 
 def mobile_rules(config) -> dict:

@@ -15,7 +15,8 @@ import jax
 import jax.numpy as jnp
 
 from mbrl.agents.base import AlgorithmEntry, traced
-from mbrl.agents.presets import ANCHOR_REAL_RATIO, FIT_QUICK, IMAGINATION_PAPER, IMAGINATION_QUICK
+from mbrl.agents.presets import (ANCHOR_REAL_RATIO, FIT_QUICK, IMAGINATION_PAPER, IMAGINATION_QUICK,
+                                 imagination_per_dataset)
 from mbrl.agents.sac_n import SACNAgent, SACNConfig, real_rows, sac_rules
 from mbrl.core.errors import ConfigError
 
@@ -120,7 +121,7 @@ def per_dataset(dataset: str | None) -> dict:
     `DEFAULT_HORIZON_PENALTY`; without the anchor where `WITHOUT_ANCHOR` says so."""
     published = {**HORIZON_PENALTY, **NEORL2_HORIZON_PENALTY}
     horizon, penalty = published.get(dataset or "", DEFAULT_HORIZON_PENALTY)
-    out = {"imagination": {"horizon": horizon}, "mopo": {"penalty_coef": penalty}}
+    out = {"imagination": {"horizon": horizon, **imagination_per_dataset(dataset)}, "mopo": {"penalty_coef": penalty}}
     if dataset in WITHOUT_ANCHOR:
         out["sac"] = {"actor_bc_coef": 0.0}
         out["imagination"]["real_ratio"] = IMAGINATION_PAPER["real_ratio"]

@@ -12,7 +12,8 @@ Defaults and presets: anyasims/edge-of-reach train_ravl_agent.py (`PRESETS` belo
 from __future__ import annotations
 
 from mbrl.agents.base import AlgorithmEntry
-from mbrl.agents.presets import ANCHOR_REAL_RATIO, FIT_QUICK, IMAGINATION_PAPER, IMAGINATION_QUICK
+from mbrl.agents.presets import (ANCHOR_REAL_RATIO, FIT_QUICK, IMAGINATION_PAPER, IMAGINATION_QUICK,
+                                 imagination_per_dataset)
 from mbrl.agents.sac_n import SACNAgent, SACNConfig, real_rows, sac_rules
 
 
@@ -55,6 +56,12 @@ PRESETS = {
 }
 
 
+def per_dataset(dataset: str | None) -> dict:
+    """The imagination every flat-rollout algorithm takes on `dataset` (`mbrl.agents.presets`)."""
+    imagination = imagination_per_dataset(dataset)
+    return {"imagination": imagination} if imagination else {}
+
+
 def make(config, obs_dim, act_dim, obs_scale):
     return RAVL(config.sac, obs_dim, act_dim, real_rows(config), obs_scale)
 
@@ -72,7 +79,7 @@ SPACE = {
 }
 
 ALGORITHM = AlgorithmEntry(
-    name="ravl", sections={"sac": SACNConfig}, make=make, presets=PRESETS, model_kind="mlp",
+    name="ravl", sections={"sac": SACNConfig}, make=make, presets=PRESETS, per_dataset=per_dataset, model_kind="mlp",
     imagination_fields=("horizon", "rollouts_per_epoch", "retain_epochs", "real_ratio", "per_seed_model",
                         "model_noise"),
     finalize=sac_rules, smoke={"sac": {"num_critics": 2, "hidden_sizes": [16, 16], "batch_size": 16}},

@@ -88,6 +88,14 @@ def test_mopo_takes_neorl2s_per_task_settings_and_drops_the_anchor_only_where_me
     assert (cheetah.imagination.horizon, cheetah.mopo.penalty_coef, cheetah.sac.actor_bc_coef) == (5, 5.0, 0.0)
 
 
+
+@pytest.mark.parametrize("algo", [n for n, e in registry.ALGORITHMS.items() if "model_noise" in e.imagination_fields])
+def test_every_flat_rollout_algorithm_imagines_dmsd_with_the_members_mean(algo):
+    for preset in ("quick", "paper"):
+        assert config_io.build(algo, "neorl2:DMSD", preset).imagination.model_noise is False
+        assert config_io.build(algo, "hopper-medium", preset).imagination.model_noise is True
+        assert config_io.build(algo, "neorl2:Simglucose", preset).imagination.model_noise is True
+
 # -------------------------------------------------------------------------------------------------
 # config.json: written with the algorithm's sections only; old files load; foreign values are refused
 
