@@ -56,10 +56,20 @@ PRESETS = {
 }
 
 
+# Where a measurement on the task found the anchored quick preset below the pure algorithm: the pure one (5% real
+# data, no BC term); the value says where the measurement is. DMSD, seed 0, one world model, mean imagined steps,
+# 8,000 updates: anchored 64.8, pure 83.8.
+WITHOUT_ANCHOR = {"dmsd": "docs/neorl2.md, RAVL on DMSD"}
+
+
 def per_dataset(dataset: str | None) -> dict:
-    """The imagination every flat-rollout algorithm takes on `dataset` (`mbrl.agents.presets`)."""
-    imagination = imagination_per_dataset(dataset)
-    return {"imagination": imagination} if imagination else {}
+    """The imagination every flat-rollout algorithm takes on `dataset` (`mbrl.agents.presets`); without the anchor
+    where `WITHOUT_ANCHOR` says so."""
+    out = {"imagination": imagination_per_dataset(dataset)}
+    if dataset in WITHOUT_ANCHOR:
+        out["sac"] = {"actor_bc_coef": 0.0}
+        out["imagination"]["real_ratio"] = IMAGINATION_PAPER["real_ratio"]
+    return {name: values for name, values in out.items() if values}
 
 
 def make(config, obs_dim, act_dim, obs_scale):

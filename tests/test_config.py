@@ -90,6 +90,13 @@ def test_mopo_takes_neorl2s_per_task_settings_and_drops_the_anchor_only_where_me
 
 
 
+def test_ravl_drops_its_anchor_on_dmsd_only():
+    dmsd = config_io.build("ravl", "neorl2:DMSD", "quick")
+    assert (dmsd.sac.actor_bc_coef, dmsd.imagination.real_ratio) == (0.0, 0.05)
+    hopper = config_io.build("ravl", "hopper-medium", "quick")
+    assert (hopper.sac.actor_bc_coef, hopper.imagination.real_ratio) == (1.0, 0.5)
+
+
 @pytest.mark.parametrize("algo", [n for n, e in registry.ALGORITHMS.items() if "model_noise" in e.imagination_fields])
 def test_every_flat_rollout_algorithm_imagines_dmsd_with_the_members_mean(algo):
     for preset in ("quick", "paper"):
