@@ -79,7 +79,8 @@ def _world_model_reads(trainer) -> dict:
 
 def update_flops(trainer, own_update: bool = False) -> float:
     """FLOPs of one update, from XLA's cost analysis of the compiled single update: the SAC-N core's on its `sac`
-    values, or (`own_update`: TD3+BC, IQL, CQL's core) the learner's own on every section's."""
+    values, or (`own_update`: TD3+BC, IQL, CQL, COMBO, MOBILE) the learner's own on every section's (with a world model
+    for one that reads it)."""
     rows = trainer.agent.batch_size
     batch = Transitions(
         obs=jnp.zeros((rows, OBS_DIM)), action=jnp.zeros((rows, ACT_DIM)), reward=jnp.zeros(rows),
