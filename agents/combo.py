@@ -20,7 +20,7 @@ import dataclasses
 
 import jax
 
-from mbrl.agents.base import AlgorithmEntry
+from mbrl.agents.base import IMAGINATION_FIELDS, AlgorithmEntry
 from mbrl.agents.cql import CQL, CQLConfig, CQLCore
 from mbrl.agents.networks import ObsScale
 from mbrl.agents.presets import FIT_QUICK, IMAGINATION_PAPER, IMAGINATION_QUICK, imagination_per_dataset
@@ -167,8 +167,7 @@ SPACE = {"cql.cql_weight": {"choices": [2.5, 3.5, 5.0]}, "imagination.horizon": 
 ALGORITHM = AlgorithmEntry(
     name="combo", sections={"sac": SACNConfig, "cql": CQLConfig, "combo": COMBOConfig}, make=make, presets=PRESETS,
     per_dataset=per_dataset, model_kind="mlp",
-    imagination_fields=("horizon", "rollouts_per_epoch", "retain_epochs", "real_ratio", "per_seed_model",
-                        "model_noise"),
+    imagination_fields=IMAGINATION_FIELDS,  # every field: short flat rollouts
     finalize=combo_rules,
     smoke={"sac": {"num_critics": 2, "hidden_sizes": [16, 16], "batch_size": 16}, "cql": {"num_samples": 2}},
     space=SPACE,

@@ -22,7 +22,7 @@ import dataclasses
 import jax
 import jax.numpy as jnp
 
-from mbrl.agents.base import AlgorithmEntry, scan_updates, traced
+from mbrl.agents.base import IMAGINATION_FIELDS, AlgorithmEntry, scan_updates, traced
 from mbrl.agents.networks import ObsScale
 from mbrl.agents.presets import FIT_QUICK, IMAGINATION_PAPER, IMAGINATION_QUICK, imagination_per_dataset
 from mbrl.agents.sac_n import SACN, SACNAgent, SACNConfig, SACNState, real_rows, sac_rules
@@ -196,8 +196,7 @@ SPACE = {"imagination.horizon": {"choices": [1, 5]}, "mobile.penalty_coef": {"ch
 ALGORITHM = AlgorithmEntry(
     name="mobile", sections={"sac": SACNConfig, "mobile": MOBILEConfig}, make=make, presets=PRESETS,
     per_dataset=per_dataset, model_kind="mlp",
-    imagination_fields=("horizon", "rollouts_per_epoch", "retain_epochs", "real_ratio", "per_seed_model",
-                        "model_noise"),
+    imagination_fields=IMAGINATION_FIELDS,  # every field: short flat rollouts
     finalize=mobile_rules,
     smoke={"sac": {"num_critics": 2, "hidden_sizes": [16, 16], "batch_size": 16}, "mobile": {"num_samples": 2}},
     space=SPACE,

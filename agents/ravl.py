@@ -11,7 +11,7 @@ Defaults and presets: anyasims/edge-of-reach train_ravl_agent.py (`PRESETS` belo
 
 from __future__ import annotations
 
-from mbrl.agents.base import AlgorithmEntry
+from mbrl.agents.base import IMAGINATION_FIELDS, AlgorithmEntry
 from mbrl.agents.presets import (ANCHOR_REAL_RATIO, FIT_QUICK, IMAGINATION_PAPER, IMAGINATION_QUICK,
                                  imagination_per_dataset)
 from mbrl.agents.sac_n import SACNAgent, SACNConfig, real_rows, sac_rules
@@ -90,8 +90,7 @@ SPACE = {
 
 ALGORITHM = AlgorithmEntry(
     name="ravl", sections={"sac": SACNConfig}, make=make, presets=PRESETS, per_dataset=per_dataset, model_kind="mlp",
-    imagination_fields=("horizon", "rollouts_per_epoch", "retain_epochs", "real_ratio", "per_seed_model",
-                        "model_noise"),
+    imagination_fields=IMAGINATION_FIELDS,  # every field: short flat rollouts
     finalize=sac_rules, smoke={"sac": {"num_critics": 2, "hidden_sizes": [16, 16], "batch_size": 16}},
     space=SPACE,
 )
