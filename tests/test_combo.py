@@ -14,20 +14,13 @@ from mbrl.agents import registry
 from mbrl.agents.cql import CQLState
 from mbrl.core.errors import ConfigError
 from mbrl.core.types import Transitions
+from batches import random_batch
 
 OBS_DIM, ACT_DIM, BATCH, REAL = 3, 2, 8, 2  # real_ratio 0.25: 2 real rows, then 6 model rows
 
 
 def mixed_batch(seed: int = 0, terminal: bool = False) -> Transitions:
-    rng = np.random.default_rng(seed)
-    return Transitions(
-        obs=jnp.asarray(rng.normal(size=(BATCH, OBS_DIM)), jnp.float32),
-        action=jnp.asarray(rng.uniform(-0.9, 0.9, size=(BATCH, ACT_DIM)), jnp.float32),
-        reward=jnp.asarray(rng.normal(size=BATCH), jnp.float32),
-        next_obs=jnp.asarray(rng.normal(size=(BATCH, OBS_DIM)), jnp.float32),
-        terminal=jnp.ones(BATCH, bool) if terminal else jnp.asarray(np.arange(BATCH) % 3 == 0),
-        timeout=jnp.zeros(BATCH, bool),
-    )
+    return random_batch(seed, BATCH, OBS_DIM, ACT_DIM, terminal)
 
 
 def tiny(rho_s: str, **cql):

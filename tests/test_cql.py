@@ -15,20 +15,13 @@ from mbrl.agents.base import OnlineSettings
 from mbrl.agents.cql import ActionSamples, CQLState, conservative_gap
 from mbrl.core.tanh_gaussian import sample_tanh_gaussian, tanh_gaussian_log_prob
 from mbrl.core.types import Transitions
+from batches import random_batch
 
 OBS_DIM, ACT_DIM, BATCH = 4, 2, 6
 
 
 def small_batch(seed: int = 0, terminal: bool = False) -> Transitions:
-    rng = np.random.default_rng(seed)
-    return Transitions(
-        obs=jnp.asarray(rng.normal(size=(BATCH, OBS_DIM)), jnp.float32),
-        action=jnp.asarray(rng.uniform(-0.9, 0.9, size=(BATCH, ACT_DIM)), jnp.float32),
-        reward=jnp.asarray(rng.normal(size=BATCH), jnp.float32),
-        next_obs=jnp.asarray(rng.normal(size=(BATCH, OBS_DIM)), jnp.float32),
-        terminal=jnp.ones(BATCH, bool) if terminal else jnp.asarray(np.arange(BATCH) % 3 == 0),
-        timeout=jnp.zeros(BATCH, bool),
-    )
+    return random_batch(seed, BATCH, OBS_DIM, ACT_DIM, terminal)
 
 
 def tiny(**cql):

@@ -15,20 +15,13 @@ from mbrl import config as config_io
 from mbrl import imagination
 from mbrl.agents import registry
 from mbrl.core.types import Transitions
+from batches import random_batch
 
 OBS_DIM, ACT_DIM, BATCH, CRITICS = 5, 2, 8, 3
 
 
 def fixed_batch(seed: int = 0, terminal: bool = False) -> Transitions:
-    rng = np.random.default_rng(seed)
-    return Transitions(
-        obs=jnp.asarray(rng.normal(size=(BATCH, OBS_DIM)), jnp.float32),
-        action=jnp.asarray(rng.uniform(-0.9, 0.9, size=(BATCH, ACT_DIM)), jnp.float32),
-        reward=jnp.asarray(rng.normal(size=BATCH), jnp.float32),
-        next_obs=jnp.asarray(rng.normal(size=(BATCH, OBS_DIM)), jnp.float32),
-        terminal=jnp.full(BATCH, terminal) if terminal else jnp.asarray(np.arange(BATCH) % 3 == 0),
-        timeout=jnp.zeros(BATCH, bool),
-    )
+    return random_batch(seed, BATCH, OBS_DIM, ACT_DIM, terminal)
 
 
 @pytest.fixture(scope="module")

@@ -13,21 +13,14 @@ from mbrl import config as config_io
 from mbrl.agents import registry
 from mbrl.agents.iql import IQLState, advantage_weights, expectile_loss
 from mbrl.core.types import PolicyInput, Transitions
+from batches import random_batch
 
 OBS_DIM, ACT_DIM, BATCH = 4, 2, 8
 UPDATES = 40  # the run's updates: the cosine's length
 
 
 def small_batch(seed: int = 0, terminal: bool = False) -> Transitions:
-    rng = np.random.default_rng(seed)
-    return Transitions(
-        obs=jnp.asarray(rng.normal(size=(BATCH, OBS_DIM)), jnp.float32),
-        action=jnp.asarray(rng.uniform(-1, 1, size=(BATCH, ACT_DIM)), jnp.float32),
-        reward=jnp.asarray(rng.normal(size=BATCH), jnp.float32),
-        next_obs=jnp.asarray(rng.normal(size=(BATCH, OBS_DIM)), jnp.float32),
-        terminal=jnp.ones(BATCH, bool) if terminal else jnp.asarray(np.arange(BATCH) % 3 == 0),
-        timeout=jnp.zeros(BATCH, bool),
-    )
+    return random_batch(seed, BATCH, OBS_DIM, ACT_DIM, terminal, action_bound=1.0)
 
 
 @pytest.fixture(scope="module")

@@ -17,6 +17,7 @@ from mbrl.core.errors import ConfigError
 from mbrl.core.types import Transitions
 from mbrl.world_models.ensemble import EnsembleConfig, GaussianEnsemble, init_params
 from mbrl.world_models.model import Normalizer, WorldModel
+from batches import random_batch
 
 OBS, ACT, BATCH, REAL, SAMPLES = 3, 2, 8, 2, 4
 
@@ -31,15 +32,7 @@ def world_model() -> WorldModel:
 
 
 def mixed_batch(seed: int = 0, terminal: bool = False, reward_shift: float = 0.0) -> Transitions:
-    rng = np.random.default_rng(seed)
-    return Transitions(
-        obs=jnp.asarray(rng.normal(size=(BATCH, OBS)), jnp.float32),
-        action=jnp.asarray(rng.uniform(-0.9, 0.9, size=(BATCH, ACT)), jnp.float32),
-        reward=jnp.asarray(rng.normal(size=BATCH) + reward_shift, jnp.float32),
-        next_obs=jnp.asarray(rng.normal(size=(BATCH, OBS)), jnp.float32),
-        terminal=jnp.ones(BATCH, bool) if terminal else jnp.asarray(np.arange(BATCH) % 3 == 0),
-        timeout=jnp.zeros(BATCH, bool),
-    )
+    return random_batch(seed, BATCH, OBS, ACT, terminal, reward_shift=reward_shift)
 
 
 @pytest.fixture(scope="module")
