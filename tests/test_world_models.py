@@ -20,7 +20,7 @@ from mbrl.core.errors import ConfigError, DatasetError, UserError
 from mbrl.core.types import DatasetInfo, OfflineDataset, Transitions
 from mbrl.datasets import SAMPLE_PATH
 from mbrl.world_models.ensemble import EnsembleConfig, GaussianEnsemble
-from mbrl.world_models.fit import FitConfig, fit_ensemble, fit_world_model, member_holdout_mse
+from mbrl.world_models.fit import FitConfig, choose_eval_episodes, fit_ensemble, fit_world_model, member_holdout_mse
 from mbrl.world_models.metrics import holdout_metrics, open_loop_errors
 from mbrl.world_models.model import Normalizer, WorldModel
 from mbrl.world_models.base import MarkovModel
@@ -296,12 +296,22 @@ def test_held_out_data_is_the_holdout_and_every_training_row_is_fitted(data):
     train.heldout = dataset(val, "val")
     config = FitConfig(max_epochs=2, batch_size=256, max_holdout=300, eval_episodes=2, seed=0)
     model = fit_world_model(train, config=CONFIG, fit_config=config, progress=False).model
-    assert model.info.holdout_from == "heldout" and len(model.info.holdout_rows) == 180  # 20% of the val rows outside the eval episode
-    assert max(model.info.holdout_rows) < len(val) and len(model.info.eval_episodes) == 1  # a tenth of 10 episodes
+    assert model.info.holdout_from == "heldout" and len(model.info.holdout_rows) == 160  # 20% of the val rows outside the eval episodes
+    assert max(model.info.holdout_rows) < len(val) and len(model.info.eval_episodes) == 2  # the 2 wanted: the val file is never trained on
     held = val.slice(np.asarray(model.info.holdout_rows))
     recomputed = member_holdout_mse(model.network, model.params, model.input_norm.normalize(
         jnp.concatenate([held.obs, held.action], -1)), model.target_norm.normalize(jnp.asarray(targets_of(held))))
     np.testing.assert_allclose(recomputed, model.info.holdout_mse, rtol=1e-4)
+
+
+def test_eval_episodes_keep_a_tenth_of_a_training_file_and_all_but_one_of_a_val_file():
+    """SafetyHalfCheetah's val file holds 2 episodes: one is kept out whole for `mbrl model eval`, the other gives
+    the holdout rows; a training file gives up at most a tenth of its episodes."""
+    rng = np.random.default_rng(0)
+    assert len(choose_eval_episodes(18, 2, rng)) == 1 and len(choose_eval_episodes(9, 2, rng)) == 0
+    assert len(choose_eval_episodes(2, 2, rng, from_heldout_file=True)) == 1
+    assert len(choose_eval_episodes(1, 2, rng, from_heldout_file=True)) == 0
+    assert len(choose_eval_episodes(200, 2, rng, from_heldout_file=True)) == 2
 
 
 # -------------------------------------------------------------------------------------------------
@@ -492,3 +502,36 @@ def test_open_loop_plot_curves_follow_each_elite_on_its_own_path():
     np.testing.assert_allclose(curves["aleatoric"], np.sqrt(obs_dim * np.mean(np.square(stds[elites]))), atol=1e-5)
     np.testing.assert_array_equal(curves["truth"], np.roll(obs, -1, 0)[2:10])
     assert list(curves["steps"]) == list(range(1, 9))
+
+
+def test_a_diverging_model_leaves_a_frame_drawn_around_the_truth():
+    """Simglucose's open-loop prediction reaches 1e35 by step 50: framed on the truth, its panels stay readable."""
+    import matplotlib.pyplot as plt
+
+    from mbrl.model_plots import _frame_to_truth
+
+    steps = np.arange(1, 7)
+    truth = np.array([1.0, 2.0, 3.0, 2.0, 1.0, 2.0])
+    figure, axis = plt.subplots()
+    assert _frame_to_truth(axis, steps, truth, truth + 0.5) == ""
+    assert axis.get_ylim() == (-1.0, 5.0)  # the range [1, 3] widened by 2 each side
+    diverging = np.array([1.0, 2.0, 3.0, 6.0, 1e35, np.nan])
+    assert _frame_to_truth(axis, steps, truth, diverging) == " (model leaves the frame at step 4)"
+    plt.close(figure)
+
+
+def test_a_column_that_never_changes_is_predicted_as_its_constant():
+    """Simglucose's patient parameters: constant within an episode, different across them. The model keeps each
+    one where it is (its change is 0 on every row), however little it was fitted."""
+    base = linear_system(600, seed=5)
+    rng = np.random.default_rng(0)
+    parameter = np.repeat(rng.uniform(0.001, 0.003, 6), 100)[:, None]  # six episodes' values, spread 0.002
+    data = Transitions.from_arrays(np.concatenate([base.obs, parameter], 1), base.action, base.reward,
+                                   np.concatenate([base.next_obs, parameter], 1), base.terminal, np.zeros(600))
+    config = EnsembleConfig(num_members=3, num_elites=2, hidden_dims=(16, 16))
+    model = fit_world_model(data, config=config, fit_config=FitConfig(max_epochs=2, batch_size=128, max_holdout=100,
+                                                                      eval_episodes=0, seed=0), progress=False).model
+    means, stds = predictions(model, data)  # each member's predicted change and its std
+    assert np.abs(means[..., OBS_DIM]).max() < 1e-5  # a two-hundredth of the parameter's spread
+    assert stds[..., OBS_DIM].max() < 1e-5
+    assert np.abs(means[..., 0] - targets_of(data)[:, 0]).mean() > 1e-3  # the other columns: a 2-epoch fit's error

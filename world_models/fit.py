@@ -248,10 +248,18 @@ def check_shapes(transitions: Transitions, source: str = "dataset") -> None:
             raise DatasetError(f"{source}: field '{name}' has shape {shape}; expected ({n},)")
 
 
-def make_normalizer(values: np.ndarray) -> Normalizer:
+# A target column that never changes (Simglucose's 30 patient parameters: their change is exactly 0 on every row) is
+# predicted as its constant: scaled by this floor, the network's error in it shrinks to nothing. Scaled by 1, its error
+# (~0.05) was 10^4 of those parameters' spread across patients, and open-loop predictions diverged within 10 steps.
+CONSTANT_TARGET_STD = 1e-6
+
+
+def make_normalizer(values: np.ndarray, constant_std: float = 1.0) -> Normalizer:
+    """Standardise each column; a (near-)constant one is divided by `constant_std`: 1 for inputs (they pass through
+    unscaled), `CONSTANT_TARGET_STD` for targets."""
     mean = values.mean(axis=0, dtype=np.float64)
     std = values.std(axis=0, dtype=np.float64)
-    std = np.where(std < 1e-6, 1.0, std)  # constant columns pass through unscaled
+    std = np.where(std < 1e-6, constant_std, std)
     return Normalizer(mean=jnp.asarray(mean, jnp.float32), std=jnp.asarray(std, jnp.float32))
 
 
@@ -264,21 +272,24 @@ def model_targets(transitions: Transitions) -> np.ndarray:
     return np.concatenate([delta, transitions.reward[:, None]], axis=1).astype(np.float32)
 
 
-def choose_eval_episodes(num_episodes: int, wanted: int, rng: np.random.Generator) -> np.ndarray:
-    """The episodes kept out of fitting entirely (at most 10% of them), the first draw of the fit's RNG: models
-    of either kind fitted with the same seed keep out the same episodes, so their k-step errors compare."""
-    count = min(wanted, num_episodes // 10)
+def choose_eval_episodes(num_episodes: int, wanted: int, rng: np.random.Generator,
+                         from_heldout_file: bool = False) -> np.ndarray:
+    """The episodes kept out of fitting entirely, the first draw of the fit's RNG: models of either kind fitted with
+    the same seed keep out the same episodes, so their k-step errors compare. At most 10% of a training file's
+    episodes; from a held-out (-val) file, which the fit never trains on, all but one (its holdout rows)."""
+    count = min(wanted, num_episodes - 1 if from_heldout_file else num_episodes // 10)
     if not count:
         return np.zeros(0, np.int64)
     return np.sort(rng.choice(num_episodes, size=count, replace=False))
 
 
-def split_rows(n: int, episode_starts: np.ndarray | None, config: FitConfig, rng: np.random.Generator):
+def split_rows(n: int, episode_starts: np.ndarray | None, config: FitConfig, rng: np.random.Generator,
+               from_heldout_file: bool = False):
     """(train_rows, holdout_rows, eval_episodes): eval episodes whole, the holdout random transitions."""
     eval_episodes = np.zeros(0, np.int64)
     available = np.ones(n, bool)
     if episode_starts is not None and len(episode_starts):
-        eval_episodes = choose_eval_episodes(len(episode_starts), config.eval_episodes, rng)
+        eval_episodes = choose_eval_episodes(len(episode_starts), config.eval_episodes, rng, from_heldout_file)
         bounds = np.append(episode_starts, n)
         for e in eval_episodes:
             available[bounds[e] : bounds[e + 1]] = False
@@ -311,7 +322,7 @@ def fit_ensemble(
     Returns (params, input_normalizer, target_normalizer, elites, best_mse, history, stop_reason).
     """
     train_x, train_y = model_inputs(train), model_targets(train)
-    input_norm, target_norm = make_normalizer(train_x), make_normalizer(train_y)
+    input_norm, target_norm = make_normalizer(train_x), make_normalizer(train_y, CONSTANT_TARGET_STD)
     network = GaussianEnsemble(config, obs_dim + 1)
     key = jax.random.PRNGKey(fit_config.seed)
     key, init_key, rows_key = jax.random.split(key, 3)
@@ -400,7 +411,8 @@ def fit_world_model(
     rng = np.random.default_rng(fit_config.seed)
     if heldout is not None:
         check_shapes(heldout.transitions, heldout.info.source)
-        _, holdout_rows, eval_episodes = split_rows(len(heldout), np.asarray(heldout.episode_starts), fit_config, rng)
+        _, holdout_rows, eval_episodes = split_rows(len(heldout), np.asarray(heldout.episode_starts), fit_config, rng,
+                                                     from_heldout_file=True)
         train, holdout = transitions, heldout.transitions.slice(holdout_rows)
     else:
         train_rows, holdout_rows, eval_episodes = split_rows(len(transitions), episode_starts, fit_config, rng)

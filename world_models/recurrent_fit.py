@@ -34,7 +34,7 @@ from flax import struct
 
 from mbrl.core.errors import ConfigError, DatasetError
 from mbrl.core.types import OfflineDataset, Transitions
-from mbrl.world_models.fit import FitConfigBase, FitResult, check_finite, choose_eval_episodes, fit_progress, check_shapes, make_normalizer, model_inputs, model_targets
+from mbrl.world_models.fit import CONSTANT_TARGET_STD, FitConfigBase, FitResult, check_finite, choose_eval_episodes, fit_progress, check_shapes, make_normalizer, model_inputs, model_targets
 from mbrl.world_models.model import ModelInfo
 from mbrl.world_models.recurrent import RecurrentConfig, RecurrentWorldModel, gru_read, gru_step, heads_apply, init_params
 
@@ -263,7 +263,7 @@ def fit_recurrent_model(
     bounds = np.append(episode_starts, n)
     train_rows = np.concatenate([np.arange(bounds[e], bounds[e + 1]) for e in train_eps])
     input_norm = make_normalizer(model_inputs(fitted.slice(train_rows)))
-    target_norm = make_normalizer(model_targets(fitted.slice(train_rows)))
+    target_norm = make_normalizer(model_targets(fitted.slice(train_rows)), CONSTANT_TARGET_STD)
     norms = (input_norm, target_norm)
     device = WindowData(
         obs=jnp.asarray(transitions.obs), action=jnp.asarray(transitions.action),
