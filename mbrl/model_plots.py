@@ -76,6 +76,17 @@ def open_loop_episode(model, transitions, start: int, end: int) -> dict[str, np.
     }
 
 
+def _frame_to_truth(axis, steps: np.ndarray, truth: np.ndarray, mean: np.ndarray) -> str:
+    """Frame the panel on the truth's range widened by that range each side, so that a model which diverges leaves
+    the frame instead of flattening the truth to a line (a constant, such as a patient parameter, gets 5% of its
+    value each side); returns a title suffix naming the step it leaves at."""
+    low, high = float(np.min(truth)), float(np.max(truth))
+    span = max(high - low, 0.05 * max(abs(low), abs(high)), 1e-6)
+    axis.set_ylim(low - span, high + span)
+    outside = ~((mean >= low - span) & (mean <= high + span))  # NaN counts as outside
+    return f" (model leaves the frame at step {int(steps[np.argmax(outside)])})" if outside.any() else ""
+
+
 def plot_episode(curves: dict[str, np.ndarray], title: str, path: Path) -> Path:
     """One PNG: a panel per observation dimension (truth, mean, 1σ and 2σ bands), the reward, the uncertainty."""
     matplotlib.use("Agg")  # files only, no screen
@@ -91,11 +102,11 @@ def plot_episode(curves: dict[str, np.ndarray], title: str, path: Path) -> Path:
         axis.fill_between(steps, mean - std, mean + std, color="tab:blue", alpha=0.3, label="1σ")
         axis.plot(steps, mean, color="tab:blue", lw=1, label="model")
         axis.plot(steps, curves["truth"][:, dim], color="black", lw=1, label="truth")
-        axis.set_title(f"obs[{dim}]", fontsize=9)
+        axis.set_title(f"obs[{dim}]{_frame_to_truth(axis, steps, curves['truth'][:, dim], mean)}", fontsize=9)
     reward = axes.flat[obs_dim]
     reward.plot(steps, curves["reward_mean"], color="tab:blue", lw=1)
     reward.plot(steps, curves["reward_truth"], color="black", lw=1)
-    reward.set_title("reward", fontsize=9)
+    reward.set_title(f"reward{_frame_to_truth(reward, steps, curves['reward_truth'], curves['reward_mean'])}", fontsize=9)
     uncertainty = axes.flat[obs_dim + 1]
     uncertainty.plot(steps, curves["epistemic"], color="tab:red", lw=1, label="epistemic (elites' spread)")
     uncertainty.plot(steps, curves["aleatoric"], color="tab:green", lw=1, label="aleatoric (predicted σ)")
@@ -109,7 +120,7 @@ def plot_episode(curves: dict[str, np.ndarray], title: str, path: Path) -> Path:
         axis.tick_params(labelsize=7)
     figure.suptitle(title, fontsize=10)
     figure.supxlabel("step of the episode (open loop from its first predicted step)", fontsize=9)
-    figure.tight_layout()
+    figure.tight_layout(rect=(0, 0, 1, 0.98))  # room for the suptitle
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.stem}.tmp.png")
     figure.savefig(tmp, dpi=80)
