@@ -31,7 +31,8 @@ import numpy as np
 from mbrl.core import declaration
 from mbrl.core.errors import ConfigError
 from mbrl.core.types import TASK_SPECS, TaskSpec, declared_spec, find_spec, register_spec
-from mbrl.envs import neorl2
+from mbrl.core.change import base_name as change_base
+from mbrl.envs import change, neorl2
 
 TerminationFn = Callable[[Any, Any, Any], jax.Array]
 
@@ -179,8 +180,13 @@ _register_neorl2()
 
 def get_task(name: str) -> Task:
     """The task called `name` (a key of TASKS, its case ignored), a robot's declaration file (`robot.toml`), or a
-    declaration placed in `$MBRL_DATA_DIR/tasks/`; a ConfigError listing the valid names otherwise."""
+    declaration placed in `$MBRL_DATA_DIR/tasks/`, each optionally followed by `+change` (`mbrl.envs.change`);
+    a ConfigError listing the valid names otherwise."""
     spec = find_spec(name)
+    base = change_base(spec.name) if spec is not None else None
+    if base is not None:
+        known = TASKS.get(spec.name)
+        return known if known is not None and known.spec == spec else change.change_task(get_task(base), make_task, register)
     if spec is not None and spec.declaration is not None:
         known = TASKS.get(spec.name)
         if known is not None and known.spec == spec:

@@ -382,8 +382,10 @@ def dataset_key(source: str) -> str:
     """The name presets are keyed by: `hopper-medium` for a made dataset or a file `hopper-medium-v2.hdf5`;
     the task's name (`dmsd`) for NeoRL-2's files, which have one dataset per task (`neorl2:DMSD`,
     `DMSD-high-100000-train.npz`)."""
-    from mbrl.core.types import find_spec
+    from mbrl.core.types import CHANGE_SUFFIX, find_spec
 
+    if source.lower().endswith(CHANGE_SUFFIX):  # the same dataset with each observation's change: the same presets
+        return dataset_key(source[: -len(CHANGE_SUFFIX)])
     if source.startswith("neorl2:"):
         return source.removeprefix("neorl2:").partition("-")[0].lower()
     head = Path(source).name.partition("-")[0]

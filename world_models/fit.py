@@ -248,9 +248,9 @@ def check_shapes(transitions: Transitions, source: str = "dataset") -> None:
             raise DatasetError(f"{source}: field '{name}' has shape {shape}; expected ({n},)")
 
 
-# A target column that never changes (Simglucose's 30 patient parameters: their change is exactly 0 on every row) is
-# predicted as its constant: scaled by this floor, the network's error in it shrinks to nothing. Scaled by 1, its error
-# (~0.05) was 10^4 of those parameters' spread across patients, and open-loop predictions diverged within 10 steps.
+# A target column that never changes (Simglucose's patient parameters) is predicted as its constant: scaled by this
+# floor, the network's error in it vanishes. Scaled by 1, that error, large beside the column's spread across
+# episodes, made open-loop predictions diverge (docs/findings.md).
 CONSTANT_TARGET_STD = 1e-6
 
 

@@ -208,6 +208,28 @@ def register_spec(spec: TaskSpec, replace: bool = False) -> TaskSpec:
     return spec
 
 
+# `<task>+change`: the task observed as [o_t, o_t - o_{t-1}] (mbrl.envs.change).
+CHANGE_SUFFIX = "+change"
+
+
+def change_spec(base: TaskSpec) -> TaskSpec:
+    """`base` with each observation's change since the step before after it: twice the dims, the names repeated as
+    "change of ...", the change's range from the observation's, the Gymnasium id `<namespace>/<Name>Change-v<N>`."""
+    env_id = None
+    if base.env_id is not None:
+        head, _, version = base.env_id.rpartition("-v")
+        env_id = f"{head}Change-v{version}"
+    low = None if base.obs_low is None or base.obs_high is None else np.asarray(base.obs_low, np.float64)
+    high = None if low is None else np.asarray(base.obs_high, np.float64)
+    return dataclasses.replace(
+        base, name=f"{base.name}{CHANGE_SUFFIX}", env_id=env_id, obs_dim=2 * base.obs_dim,
+        obs_names=None if base.obs_names is None else (*base.obs_names, *(f"change of {n}" for n in base.obs_names)),
+        obs_units=None if base.obs_units is None else (*base.obs_units, *base.obs_units),
+        obs_low=None if low is None else tuple(float(v) for v in np.concatenate([low, low - high])),
+        obs_high=None if high is None else tuple(float(v) for v in np.concatenate([high, high - low])),
+        declaration=None)
+
+
 def declared_spec(decl) -> TaskSpec:
     """The spec of a robot's declaration (`mbrl.core.declaration.Declaration`)."""
     return TaskSpec(**decl.spec_fields())
@@ -224,6 +246,9 @@ def find_spec(name: str | None) -> TaskSpec | None:
 
     if declaration.is_declaration_path(name):
         return register_spec(declared_spec(declaration.read_declaration(name)), replace=True)
+    if name.lower().endswith(CHANGE_SUFFIX):
+        base = find_spec(name[: -len(CHANGE_SUFFIX)])
+        return None if base is None else register_spec(change_spec(base), replace=True)
     if name in TASK_SPECS:
         return TASK_SPECS[name]
     folded = {key.lower(): spec for key, spec in TASK_SPECS.items()}

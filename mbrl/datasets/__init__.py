@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from mbrl.core import change
 from mbrl.core import dataset_registry as registry
 from mbrl.core.errors import DatasetError
 from mbrl.core.types import OfflineDataset
@@ -42,9 +43,14 @@ def load(source: str | Path, task: str | None = None, clip_actions: bool = False
     `hopper-medium` (under `$MBRL_DATA_DIR`). `task` (a key of `mbrl.core.types.TASK_SPECS`) checks the
     dims and supplies the action space; without it the task is inferred where that is unambiguous.
     Actions outside the action space are refused unless `clip_actions`. A NeoRL-2 train file with its `-val`
-    file beside it gets that file as `heldout`.
+    file beside it gets that file as `heldout`. Any source followed by `+change` is read with each row's
+    observation followed by its change since the row before, for the task `<task>+change` (`mbrl.envs.change`).
     """
     text = str(source)
+    base = change.base_name(text)
+    if base is not None:  # `<dataset>+change`: each row's observation with its change since the row before
+        base_task = None if task is None else (change.base_name(task) or task)
+        return change.with_change(load(base, task=base_task, clip_actions=clip_actions))
     if text.startswith(NEORL2_PREFIX):
         return neorl2_files.load_named(text[len(NEORL2_PREFIX):], task=task, clip_actions=clip_actions)
     if text.startswith(MINARI_PREFIX):
