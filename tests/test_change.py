@@ -6,6 +6,8 @@ base task's reward and termination functions on the current observation."""
 from __future__ import annotations
 
 import dataclasses
+import json
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -106,21 +108,43 @@ def test_presets_and_the_file_loader_see_through_the_suffix():
         sample.info, name="", source="", obs_dim=0, task="")
 
 
-def test_train_eval_and_export_a_policy_of_the_wider_observation(hopper_tiny_path, tmp_path, capsys):
-    """A tiny BC on Hopper's data `+change`: evaluated in Hopper's simulator wrapped to append the change, exported
-    with an input of 22 = 2 x 11."""
-    import onnx
-
+@pytest.fixture(scope="module")
+def change_export(hopper_tiny_path, tmp_path_factory):
+    """A tiny BC trained on Hopper's data `+change` (evaluated in Hopper's simulator wrapped to append the change),
+    and its export."""
+    root = tmp_path_factory.mktemp("change")
     config = config_io.build("bc", f"{hopper_tiny_path}+change", "quick",
                              {"bc": {"hidden_sizes": [16, 16], "batch_size": 16},
                               "schedule": {"epochs": 1, "updates_per_epoch": 10, "eval_episodes": 1}})
-    config_io.save(config, tmp_path / "config.json")
-    run = tmp_path / "run"
-    assert cli_main(["train", "--config", str(tmp_path / "config.json"), "--run-dir", str(run),
+    config_io.save(config, root / "config.json")
+    assert cli_main(["train", "--config", str(root / "config.json"), "--run-dir", str(root / "run"),
                      "--logging.progress", "False"]) == 0
-    assert cli_main(["eval", str(run), "--episodes", "2"]) == 0
+    assert cli_main(["export", str(root / "run"), "--out", str(root / "export")]) == 0
+    return root
+
+
+def test_train_eval_and_export_a_policy_of_the_wider_observation(change_export, capsys):
+    import onnx
+
+    assert cli_main(["eval", str(change_export / "run"), "--episodes", "2"]) == 0
     assert "normalized score" in capsys.readouterr().out
-    assert cli_main(["export", str(run), "--out", str(tmp_path / "policy.onnx")]) == 0
-    graph = onnx.load(str(tmp_path / "policy.onnx" / "policy.onnx")).graph
-    assert [d.dim_value for d in graph.input[0].type.tensor_type.shape.dim][-1] == 22
-    assert cli_main(["deploy", str(tmp_path / "policy.onnx"), "--robot", "sim:hopper+change", "--episodes", "1"]) == 0
+    graph = onnx.load(str(change_export / "export" / "policy.onnx")).graph
+    assert [d.dim_value for d in graph.input[0].type.tensor_type.shape.dim][-1] == 22  # 2 x Hopper's 11
+
+
+def _actions(log: Path) -> list:
+    return [r["action"] for r in map(json.loads, log.read_text().splitlines()) if r.get("type") == "tick"]
+
+
+def test_deploy_computes_the_change_for_a_robot_that_sends_the_observation_alone(change_export):
+    """The base simulator (Hopper-v5, 11 values) with the change computed by deploy, and the `+change` task's own
+    simulator (22 values): the same seed gives the same commands, tick by tick (the feed takes the change in float32,
+    the wrapper in MuJoCo's float64)."""
+    logs = {}
+    for robot in ("mujoco:Hopper-v5", "sim:hopper+change"):
+        logs[robot] = change_export / f"{robot.replace(':', '_')}.jsonl"
+        assert cli_main(["deploy", str(change_export / "export"), "--robot", robot, "--episodes", "2", "--rate", "0",
+                         "--max-steps", "40", "--seed", "3", "--log", str(logs[robot])]) == 0
+    base, wrapped = (_actions(log) for log in logs.values())
+    assert len(base) == len(wrapped) > 40
+    np.testing.assert_allclose(base, wrapped, atol=1e-5)

@@ -11,6 +11,7 @@ values, so `RewardFeed` wraps the robot to pass each fresh observation's reward 
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 from pathlib import Path
 
@@ -164,3 +165,35 @@ class RewardFeed:
             self._runner.give_reward(0.0 if obs.reward is None else float(obs.reward))
             self.rewards_seen += obs.reward is not None
         return obs
+
+
+class ChangeFeed:
+    """A robot (wrapped) observed as its task `+change` is (`mbrl.core.change`): each observation's values followed by
+    their change since the previous fresh observation, 0 at the first after a reset. A stale observation (no new
+    measurement: the same `seq`) repeats the last observed values and change. Everything else passes through."""
+
+    def __init__(self, robot):
+        self._robot = robot
+        self._last = None  # (seq, values, observed values) of the last fresh observation
+
+    def __getattr__(self, name):
+        return getattr(self._robot, name)
+
+    @property
+    def obs_dim(self) -> int:
+        return 2 * self._robot.obs_dim
+
+    def reset(self, seed: int | None = None) -> None:
+        self._robot.reset(seed)
+        self._last = None
+
+    def observe(self):
+        obs = self._robot.observe()
+        values = np.asarray(obs.values, np.float32)
+        if self._last is not None and obs.seq <= self._last[0]:
+            observed = self._last[2]
+        else:
+            change = np.zeros_like(values) if self._last is None else values - self._last[1]
+            observed = np.concatenate([values, change])
+            self._last = (obs.seq, values, observed)
+        return dataclasses.replace(obs, values=observed)

@@ -6,7 +6,9 @@ over DDS, `mbrl.envs.robots.dds`, such as `python -m mbrl.envs.robots.dds_sim`; 
 
 A recurrent export (NEUBAY) keeps its memory between ticks in the runner and resets it at every episode
 start; it also reads the previous step's reward, which `mbrl.envs.robots.runner.RewardFeed` takes from each
-fresh observation (a robot that reports none feeds 0, and deploy says so).
+fresh observation (a robot that reports none feeds 0, and deploy says so). An export of a `TASK+change` policy
+takes each observation followed by its change since the step before: for a robot that sends the observation alone,
+`mbrl.envs.robots.runner.ChangeFeed` computes the change from its fresh observations.
 """
 
 from __future__ import annotations
@@ -22,9 +24,10 @@ import tyro
 
 from mbrl.envs.robots.connect import SimOptions, check_fit, make_robot as connect
 from mbrl.envs.robots.loop import ControlLoop
-from mbrl.envs.robots.runner import PolicyRunner, RewardFeed
+from mbrl.envs.robots.runner import ChangeFeed, PolicyRunner, RewardFeed
 from mbrl.envs.robots.safety import SafetyConfig, SafetyLayer
 from mbrl import config as config_io
+from mbrl.core.change import base_name
 from mbrl.core.errors import ConfigError
 
 # Generated from the classes that hold their defaults and help (`mbrl.config.option_fields`); flat: --max-delta.
@@ -57,11 +60,13 @@ class DeployArgs:
     through a ROS 2 installation's rclpy (JointState in, Float64MultiArray out; `mbrl.envs.robots.ros2`)."""
 
 
-def make_robot(uri: str, args: DeployArgs, description: dict, period: float | None):
-    """The adapter for a robot URI (`mbrl.envs.robots.connect.make_robot`); ConfigError for an unknown one."""
+def make_robot(uri: str, args: DeployArgs, description: dict, period: float | None, obs_dim: int | None = None):
+    """The adapter for a robot URI (`mbrl.envs.robots.connect.make_robot`); ConfigError for an unknown one.
+    `obs_dim`: what the robot sends, where that is not the policy's input (default: the policy's)."""
     obs_timeout = args.obs_timeout if args.obs_timeout is not None else (0.5 * period if period else 1.0)
     sim = config_io.from_options(SimOptions, args.sim, noise_seed=args.seed)
-    return connect(uri, obs_dim=description["observation"]["dim"], action_low=description["action"]["low"],
+    obs_dim = description["observation"]["dim"] if obs_dim is None else obs_dim
+    return connect(uri, obs_dim=obs_dim, action_low=description["action"]["low"],
                    action_high=description["action"]["high"], obs_timeout=obs_timeout, sim=sim,
                    ros2_backend=args.ros2_backend)
 
@@ -80,10 +85,17 @@ def deploy(args: DeployArgs) -> int:
     rate = args.rate if args.rate is not None else (runner.control_rate_hz or 50.0)
     period = 1.0 / rate if rate else None
     safety_config = config_io.from_options(SafetyConfig, args.safety)
-    robot = make_robot(args.robot, args, runner.description, period)
+    # A policy of a `+change` task takes each observation followed by its change; a networked robot sends the
+    # observation alone (half the input), a simulator of the base task too: the change is computed here.
+    observes_change = base_name(runner.description.get("task") or "") is not None
+    networked = not args.robot.startswith(("sim:", "mujoco:"))
+    robot = make_robot(args.robot, args, runner.description, period,
+                       obs_dim=runner.obs_dim // 2 if observes_change and networked else None)
     if runner.recurrent:  # the loop hands the policy an observation's values only: feed it the reward too
         robot = RewardFeed(robot, runner)
     robot.connect()
+    if observes_change and 2 * robot.obs_dim == runner.obs_dim:
+        robot = ChangeFeed(robot)
     try:
         low, high = check_fit(robot, f"export {runner.export_dir}", runner.obs_dim, runner.act_dim, runner.action_low,
                               runner.action_high, declared=bool(runner.description.get("task_declared")))

@@ -11,8 +11,8 @@ The observation becomes [o_t, o_t - o_{t-1}], the change 0 at an episode's first
 the row before within the same episode; the simulator's env is wrapped to append it (`mbrl.envs.change`); the
 task's reward and termination functions read the first half. Everything downstream (fitting, imagination,
 training, evaluation, export, `deploy --robot sim:...`, fine-tuning) sees a task whose observation is twice as
-wide. A real robot's adapter sends o_t only: the previous one would have to be kept beside the exported policy,
-which is not done here.
+wide. `mbrl deploy` computes the change for a robot that sends o_t alone (`mbrl.envs.robots.runner.ChangeFeed`);
+`mbrl finetune` takes `sim:TASK+change` but not a networked robot's bare observations.
 """
 
 from __future__ import annotations
