@@ -97,6 +97,14 @@ def test_ravl_drops_its_anchor_on_dmsd_only():
     assert (hopper.sac.actor_bc_coef, hopper.imagination.real_ratio) == (1.0, 0.5)
 
 
+def test_neubay_imagines_dmsd_with_the_members_mean_and_no_anchor():
+    for preset in ("quick", "paper"):
+        dmsd = config_io.build("neubay", "neorl2:DMSD", preset)
+        assert (dmsd.neubay.model_noise, dmsd.neubay.actor_bc_coef, dmsd.neubay.max_episode_steps) == (False, 0.0, 100)
+    hopper = config_io.build("neubay", "hopper-medium", "quick")
+    assert (hopper.neubay.model_noise, hopper.neubay.actor_bc_coef) == (True, 2.5)
+
+
 @pytest.mark.parametrize("algo", [n for n, e in registry.ALGORITHMS.items() if "model_noise" in e.imagination_fields])
 def test_every_flat_rollout_algorithm_imagines_dmsd_with_the_members_mean(algo):
     for preset in ("quick", "paper"):
