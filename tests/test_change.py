@@ -88,6 +88,15 @@ def test_the_task_steps_the_base_env_and_appends_the_change():
         assert (reward, terminated, truncated) == (plain_reward, plain_terminated, plain_truncated)
 
 
+def test_the_derived_gymnasium_id_keeps_the_version():
+    from mbrl.core.types import change_spec
+
+    spec = find_spec("DMSD")
+    assert change_spec(dataclasses.replace(spec, env_id="Hopper-v5")).env_id == "HopperChange-v5"
+    assert change_spec(dataclasses.replace(spec, env_id="lab/arm")).env_id == "lab/armChange"
+    assert change_spec(dataclasses.replace(spec, env_id=None)).env_id is None
+
+
 def test_reward_and_termination_read_the_current_observation():
     base, task = get_task("DMSD"), get_task("DMSD+change")
     rng = np.random.default_rng(2)

@@ -208,7 +208,7 @@ def register_spec(spec: TaskSpec, replace: bool = False) -> TaskSpec:
     return spec
 
 
-# `<task>+change`: the task observed as [o_t, o_t - o_{t-1}] (mbrl.envs.change).
+# `<task>+change`: the task observed as [o_t, o_t - o_{t-1}] (mbrl.core.change).
 CHANGE_SUFFIX = "+change"
 
 
@@ -217,8 +217,8 @@ def change_spec(base: TaskSpec) -> TaskSpec:
     "change of ...", the change's range from the observation's, the Gymnasium id `<namespace>/<Name>Change-v<N>`."""
     env_id = None
     if base.env_id is not None:
-        head, _, version = base.env_id.rpartition("-v")
-        env_id = f"{head}Change-v{version}"
+        head, sep, version = base.env_id.rpartition("-v")
+        env_id = f"{head}Change-v{version}" if sep and version.isdigit() else f"{base.env_id}Change"
     low = None if base.obs_low is None or base.obs_high is None else np.asarray(base.obs_low, np.float64)
     high = None if low is None else np.asarray(base.obs_high, np.float64)
     return dataclasses.replace(

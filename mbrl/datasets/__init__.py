@@ -44,7 +44,7 @@ def load(source: str | Path, task: str | None = None, clip_actions: bool = False
     dims and supplies the action space; without it the task is inferred where that is unambiguous.
     Actions outside the action space are refused unless `clip_actions`. A NeoRL-2 train file with its `-val`
     file beside it gets that file as `heldout`. Any source followed by `+change` is read with each row's
-    observation followed by its change since the row before, for the task `<task>+change` (`mbrl.envs.change`).
+    observation followed by its change since the row before, for the task `<task>+change` (`mbrl.core.change`).
     """
     text = str(source)
     base = change.base_name(text)
