@@ -50,3 +50,10 @@ DETERMINISTIC_IMAGINATION = {"dmsd": "docs/neorl2.md, Mean imagined steps on DMS
 def imagination_per_dataset(dataset: str | None) -> dict:
     """The `imagination` overrides of `dataset` every flat-rollout algorithm shares (may be empty)."""
     return {"model_noise": False} if dataset in DETERMINISTIC_IMAGINATION else {}
+
+
+def without_anchor(overrides: dict) -> dict:
+    """`overrides` with the pure algorithm's values in place of the quick presets' anchor: no BC term, the papers'
+    share of real data (for the datasets where a measurement found the pure one better)."""
+    return {**overrides, "sac": {**overrides.get("sac", {}), "actor_bc_coef": 0.0},
+            "imagination": {**overrides.get("imagination", {}), "real_ratio": IMAGINATION_PAPER["real_ratio"]}}
