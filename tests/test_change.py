@@ -157,3 +157,22 @@ def test_deploy_computes_the_change_for_a_robot_that_sends_the_observation_alone
     base, wrapped = (_actions(log) for log in logs.values())
     assert len(base) == len(wrapped) > 40
     np.testing.assert_allclose(base, wrapped, atol=1e-5)
+
+
+def test_the_released_neorl2_files_gain_their_change(monkeypatch):
+    """DMSD's released train and val files (NeoRL-2's own writer): the appended columns are the file's own
+    observation minus the row before's within an episode, 0 on an episode's first row."""
+    from neorl2_files import NEORL2_DIR, neorl2_arrays
+
+    raw = neorl2_arrays("DMSD-high-100000-train.npz")
+    neorl2_arrays("DMSD-high-20000-val.npz")  # skips where absent
+    monkeypatch.setenv("MBRL_DATA_DIR", str(NEORL2_DIR.parent))
+    if NEORL2_DIR.name != "neorl2":
+        pytest.skip(f"{NEORL2_DIR} is not a folder named neorl2, which neorl2:TASK reads")
+    wide = datasets.load("neorl2:DMSD+change")
+    dim, starts = raw["obs"].shape[1], wide.episode_starts
+    np.testing.assert_array_equal(wide.transitions.obs[:, :dim], raw["obs"])
+    expected = np.diff(raw["obs"], axis=0, prepend=raw["obs"][:1])
+    expected[starts] = 0.0
+    np.testing.assert_allclose(wide.transitions.obs[:, dim:], expected, atol=1e-6)
+    assert wide.heldout is not None and wide.heldout.info.obs_dim == 2 * dim and wide.info.task == "DMSD+change"
