@@ -23,7 +23,8 @@ import jax
 from mbrl.agents.base import IMAGINATION_FIELDS, AlgorithmEntry
 from mbrl.agents.cql import CQL, CQLConfig, CQLCore
 from mbrl.agents.networks import ObsScale
-from mbrl.agents.presets import FIT_QUICK, IMAGINATION_PAPER, IMAGINATION_QUICK, imagination_per_dataset
+from mbrl.agents.presets import (FIT_QUICK, IMAGINATION_PAPER, IMAGINATION_QUICK, imagination_per_dataset,
+                                 with_sac_per_dataset)
 from mbrl.agents.sac_n import SACNAgent, SACNConfig, real_rows
 from mbrl.core.errors import ConfigError
 from mbrl.core.types import Transitions
@@ -127,8 +128,8 @@ NEORL2 = {
 def per_dataset(dataset: str | None) -> dict:
     if dataset in NEORL2:
         horizon, weight, rho_s = NEORL2[dataset]
-        return {"imagination": {"horizon": horizon, **imagination_per_dataset(dataset)}, "cql": {"cql_weight": weight},
-                "combo": {"rho_s": rho_s}}
+        return with_sac_per_dataset({"imagination": {"horizon": horizon, **imagination_per_dataset(dataset)},
+                                     "cql": {"cql_weight": weight}, "combo": {"rho_s": rho_s}}, dataset)
     if dataset in D4RL:
         horizon, weight = D4RL[dataset]
         return {"imagination": {"horizon": horizon}, "cql": {"cql_weight": weight}}

@@ -28,6 +28,7 @@ from flax import struct
 
 from mbrl.agents.base import AlgorithmEntry, scan_updates, static_when_zero, traced
 from mbrl.agents.networks import ObsScale
+from mbrl.agents.presets import with_sac_per_dataset
 from mbrl.agents.sac import OnlineSAC
 from mbrl.agents.sac_n import SACN, SACNAgent, SACNConfig, SACNState
 from mbrl.core.errors import ConfigError
@@ -330,8 +331,8 @@ def per_dataset(dataset: str | None) -> dict:
     if dataset not in NEORL2_GRID:
         return {}
     with_lagrange, threshold, version, weight = NEORL2_GRID[dataset]
-    return {"cql": dict(NEORL2_COMMON, with_lagrange=with_lagrange, lagrange_threshold=threshold,
-                        min_q_version=version, cql_weight=weight)}
+    return with_sac_per_dataset({"cql": dict(NEORL2_COMMON, with_lagrange=with_lagrange, lagrange_threshold=threshold,
+                                             min_q_version=version, cql_weight=weight)}, dataset)
 
 
 def make(config, obs_dim, act_dim, obs_scale):

@@ -13,6 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 from mbrl.agents.base import AlgorithmEntry
+from mbrl.agents.presets import with_sac_per_dataset
 from mbrl.agents.sac_n import SACNAgent, SACNConfig
 
 
@@ -82,7 +83,7 @@ def per_dataset(dataset: str | None) -> dict[str, Any]:
     empty when unknown (the preset's N 10, η 1: the official code's default N and the common η)."""
     if dataset in NEORL2:
         num_critics, eta = NEORL2[dataset]
-        return {"sac": {"num_critics": num_critics, "eta": eta, **NEORL2_LR}}
+        return with_sac_per_dataset({"sac": {"num_critics": num_critics, "eta": eta, **NEORL2_LR}}, dataset)
     if dataset in D4RL:
         num_critics, eta = D4RL[dataset]
         return {"sac": {"num_critics": num_critics, "eta": eta}}

@@ -24,7 +24,8 @@ import jax.numpy as jnp
 
 from mbrl.agents.base import IMAGINATION_FIELDS, AlgorithmEntry, scan_updates, traced
 from mbrl.agents.networks import ObsScale
-from mbrl.agents.presets import FIT_QUICK, IMAGINATION_PAPER, IMAGINATION_QUICK, imagination_per_dataset
+from mbrl.agents.presets import (FIT_QUICK, IMAGINATION_PAPER, IMAGINATION_QUICK, imagination_per_dataset,
+                                 with_sac_per_dataset)
 from mbrl.agents.sac_n import SACN, SACNAgent, SACNConfig, SACNState, real_rows, sac_rules
 from mbrl.core.errors import ConfigError
 from mbrl.core.types import Transitions
@@ -171,7 +172,8 @@ def per_dataset(dataset: str | None) -> dict:
     if found is None:
         return {}
     horizon, penalty = found
-    return {"imagination": {"horizon": horizon, **imagination_per_dataset(dataset)}, "mobile": {"penalty_coef": penalty}}
+    return with_sac_per_dataset({"imagination": {"horizon": horizon, **imagination_per_dataset(dataset)},
+                                 "mobile": {"penalty_coef": penalty}}, dataset)
 
 
 def mobile_rules(config) -> dict:

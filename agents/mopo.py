@@ -16,7 +16,7 @@ import jax.numpy as jnp
 
 from mbrl.agents.base import IMAGINATION_FIELDS, AlgorithmEntry, traced
 from mbrl.agents.presets import (ANCHOR_REAL_RATIO, FIT_QUICK, IMAGINATION_PAPER, IMAGINATION_QUICK,
-                                 imagination_per_dataset, without_anchor)
+                                 imagination_per_dataset, with_sac_per_dataset, without_anchor)
 from mbrl.agents.sac_n import SACNAgent, SACNConfig, real_rows, sac_rules
 from mbrl.core.errors import ConfigError
 
@@ -128,7 +128,7 @@ def per_dataset(dataset: str | None) -> dict:
     horizon, penalty = published.get(dataset or "", DEFAULT_HORIZON_PENALTY)
     horizon = MEAN_STEP_HORIZON.get(dataset or "", horizon)
     out = {"imagination": {"horizon": horizon, **imagination_per_dataset(dataset)}, "mopo": {"penalty_coef": penalty}}
-    return without_anchor(out) if dataset in WITHOUT_ANCHOR else out
+    return with_sac_per_dataset(without_anchor(out) if dataset in WITHOUT_ANCHOR else out, dataset)
 
 
 def make(config, obs_dim, act_dim, obs_scale):

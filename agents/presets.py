@@ -47,6 +47,27 @@ SMOKE_IMAGINATION = {"rollouts_per_epoch": 32, "horizon": 2, "retain_epochs": 2}
 DETERMINISTIC_IMAGINATION = {"dmsd": "docs/neorl2.md, Mean imagined steps on DMSD"}
 
 
+# Where the data's actions sit against a bound of the action space, SAC's default target entropy (-|A|) cannot be met
+# near them: the temperature grows until the entropy term moves the actor's actions off the bound, away from the data.
+# Simglucose's insulin is -0.9915 ± 0.03 on [-1, 1] (a Gaussian of that spread has entropy -2.1); at a target of -1,
+# MOPO's temperature rose from 1 to 6.1 over 20,000 updates and its dose went to -0.965 on the data's states, four
+# times the data's insulin, and the patients' glucose left [40, 600] early. Every SAC-based agent takes the lower target
+# there (`mbrl train` notes a dataset whose actions have less entropy than the target). Measured (docs/findings.md,
+# "Simglucose"): MOPO's quick preset, 3 seeds, 21.1 at -1, 72.9 at -3, 82.4 at -5.
+TARGET_ENTROPY = {"simglucose": -5.0}
+
+
+def sac_per_dataset(dataset: str | None) -> dict:
+    """The `sac` overrides every SAC-based algorithm shares on `dataset` (may be empty)."""
+    return {"target_entropy": TARGET_ENTROPY[dataset]} if dataset in TARGET_ENTROPY else {}
+
+
+def with_sac_per_dataset(overrides: dict, dataset: str | None) -> dict:
+    """`overrides` with `sac_per_dataset(dataset)` added to its `sac` section (unchanged where that is empty)."""
+    shared = sac_per_dataset(dataset)
+    return {**overrides, "sac": {**overrides.get("sac", {}), **shared}} if shared else overrides
+
+
 def imagination_per_dataset(dataset: str | None) -> dict:
     """The `imagination` overrides of `dataset` every flat-rollout algorithm shares (may be empty)."""
     return {"model_noise": False} if dataset in DETERMINISTIC_IMAGINATION else {}

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from mbrl.agents.base import IMAGINATION_FIELDS, AlgorithmEntry
 from mbrl.agents.presets import (ANCHOR_REAL_RATIO, FIT_QUICK, IMAGINATION_PAPER, IMAGINATION_QUICK,
-                                 imagination_per_dataset, without_anchor)
+                                 imagination_per_dataset, with_sac_per_dataset, without_anchor)
 from mbrl.agents.sac_n import SACNAgent, SACNConfig, real_rows, sac_rules
 
 
@@ -66,7 +66,7 @@ def per_dataset(dataset: str | None) -> dict:
     """The imagination every flat-rollout algorithm takes on `dataset` (`mbrl.agents.presets`); without the anchor
     where `WITHOUT_ANCHOR` says so."""
     out = {"imagination": imagination_per_dataset(dataset)}
-    out = without_anchor(out) if dataset in WITHOUT_ANCHOR else out
+    out = with_sac_per_dataset(without_anchor(out) if dataset in WITHOUT_ANCHOR else out, dataset)
     return {name: values for name, values in out.items() if values}
 
 

@@ -20,6 +20,7 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 import optax
 from flax import struct
 
@@ -132,6 +133,21 @@ def sac_rules(config) -> dict:
     return {}
 
 
+def narrow_action_notice(sac: SACNConfig, actions) -> str | None:
+    """A one-line note when the data's actions have less entropy (a Gaussian fitted per dimension) than the entropy
+    `sac` tunes the temperature towards: the temperature then grows until the actor's actions leave the data's,
+    as on Simglucose, whose insulin sits against its lower bound (docs/findings.md). None otherwise."""
+    actions = np.asarray(actions, dtype=np.float64)
+    target = -actions.shape[1] if sac.target_entropy is None else sac.target_entropy
+    stds = np.maximum(actions.std(axis=0), 1e-6)
+    data_entropy = float(np.sum(0.5 * np.log(2.0 * np.pi * np.e * stds**2)))
+    if data_entropy >= target:
+        return None
+    return (f"note: the data's actions have entropy {data_entropy:.2f} (a Gaussian per dimension), below SAC's target "
+            f"entropy {target:g}; the temperature will push the actor away from them (docs/findings.md, Simglucose). "
+            f"--sac.target-entropy below {data_entropy:.2f} keeps it near them")
+
+
 @struct.dataclass
 class SACNState:
     actor_params: Any
@@ -150,7 +166,11 @@ def edac_diversity(action_grads: jax.Array) -> jax.Array:
     Mean over the batch of the sum of off-diagonal cosine similarities, divided by N-1.
     """
     num = action_grads.shape[0]
-    unit = action_grads / (jnp.linalg.norm(action_grads, axis=-1, keepdims=True) + 1e-10)
+    # The norm's own gradient is 0/0 at an exactly zero action-gradient (a member whose ReLU paths from the action are
+    # all off); `where` keeps it at 0 there and the values elsewhere unchanged.
+    nonzero = jnp.any(action_grads != 0, axis=-1, keepdims=True)
+    norm = jnp.where(nonzero, jnp.linalg.norm(jnp.where(nonzero, action_grads, 1.0), axis=-1, keepdims=True), 0.0)
+    unit = action_grads / (norm + 1e-10)
     cosine = jnp.einsum("nba,mba->bnm", unit, unit)
     off_diagonal = cosine * (1.0 - jnp.eye(num, dtype=cosine.dtype))
     return jnp.mean(jnp.sum(off_diagonal, axis=(1, 2))) / (num - 1)

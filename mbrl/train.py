@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import json
+import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -22,6 +23,7 @@ from mbrl import datasets
 from mbrl.agents import registry
 from mbrl.agents.base import AlgorithmEntry
 from mbrl.agents.networks import ObsScale
+from mbrl.agents.sac_n import SACNConfig, narrow_action_notice
 from mbrl.checkpoint import Checkpointer
 from mbrl.config import TrainConfig
 from mbrl.core.errors import ConfigError
@@ -226,6 +228,10 @@ def prepare_run(
                                                obs_scale))
 
     trainer = trainer_for(config, dataset.info.obs_dim, dataset.info.act_dim, obs_scale)
+    if not resume and entry.sections.get("sac") is SACNConfig:
+        notice = narrow_action_notice(config.sac, dataset.transitions.action)
+        if notice:
+            print(f"mbrl train: {notice}", file=sys.stderr)
     real = trainer.real_data(dataset)
     world_model = (world_models_for(config, dataset, task, model_paths, progress, entry=entry)
                    if trainer.uses_model else None)

@@ -112,6 +112,15 @@ def test_every_flat_rollout_algorithm_imagines_dmsd_with_the_members_mean(algo):
         assert config_io.build(algo, "hopper-medium", preset).imagination.model_noise is True
         assert config_io.build(algo, "neorl2:Simglucose", preset).imagination.model_noise is True
 
+
+@pytest.mark.parametrize("algo", [n for n, e in registry.ALGORITHMS.items() if e.sections.get("sac") is SACNConfig])
+def test_every_sac_based_algorithm_lowers_its_target_entropy_on_simglucose_only(algo):
+    # Simglucose's insulin sits against the action's lower bound, where -|A| pulls the actor off the data.
+    for preset in ("quick", "paper"):
+        assert config_io.build(algo, "neorl2:Simglucose", preset).sac.target_entropy == -5.0
+        assert config_io.build(algo, "neorl2:DMSD", preset).sac.target_entropy is None
+        assert config_io.build(algo, "hopper-medium", preset).sac.target_entropy is None
+
 # -------------------------------------------------------------------------------------------------
 # config.json: written with the algorithm's sections only; old files load; foreign values are refused
 

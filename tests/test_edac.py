@@ -15,6 +15,7 @@ from mbrl import config as config_io
 from mbrl import imagination
 from mbrl.agents import registry
 from mbrl.core.types import Transitions
+from mbrl.agents.sac_n import edac_diversity
 from batches import random_batch
 
 OBS_DIM, ACT_DIM, BATCH, CRITICS = 5, 2, 8, 3
@@ -115,3 +116,16 @@ def test_presets_follow_their_sources():
     assert (quick.schedule.epochs, quick.schedule.updates_per_epoch) == (20, 1000)
     assert tuple(quick.sac.hidden_sizes) == (64, 64)
     assert config_io.from_dict(config_io.to_dict(quick)) == quick
+
+
+def test_the_diversity_term_has_a_finite_gradient_when_a_members_action_gradient_is_zero():
+    # A member whose ReLU paths from the action are all off has an action-gradient of exactly 0; its cosines count
+    # as 0 (numpy below) and the loss's gradient must stay finite, or one such row turns every parameter into NaN.
+    rng = np.random.default_rng(0)
+    grads = rng.normal(size=(3, 5, 2)).astype(np.float32)
+    grads[1, 2] = 0.0
+    unit = grads / np.maximum(np.linalg.norm(grads, axis=-1, keepdims=True), 1e-30)
+    expected = np.mean([sum(unit[n, b] @ unit[m, b] for n in range(3) for m in range(3) if n != m)
+                        for b in range(5)]) / 2
+    np.testing.assert_allclose(float(edac_diversity(jnp.asarray(grads))), expected, rtol=1e-5)
+    assert np.all(np.isfinite(np.asarray(jax.grad(edac_diversity)(jnp.asarray(grads)))))

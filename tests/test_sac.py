@@ -11,7 +11,7 @@ import pytest
 
 from mbrl.core.tanh_gaussian import sample_tanh_gaussian
 from mbrl.agents.sac import OnlineSAC, SACConfig
-from mbrl.agents.sac_n import SACN, SACNConfig
+from mbrl.agents.sac_n import SACN, SACNConfig, narrow_action_notice
 from mbrl.core.errors import ConfigError
 from mbrl.core.types import Transitions
 
@@ -511,3 +511,15 @@ def test_alpha_max_clamps_the_temperature_but_not_log_alpha():
 def test_bad_reference_options_raise_a_config_error_naming_the_field(field, value):
     with pytest.raises(ConfigError, match=rf"^sac\.{field}: expected"):
         SACNConfig(**{field: value})
+
+
+def test_the_narrow_action_notice_compares_the_data_entropy_with_the_target():
+    # A Gaussian of std s has entropy 0.5 * ln(2 pi e s^2) per dimension: 2 * (-2.0876) = -4.18 for s = 0.03.
+    rng = np.random.default_rng(0)
+    narrow = rng.normal(-0.5, 0.03, size=(200_000, 2))
+    notice = narrow_action_notice(SACNConfig(), narrow)  # target -|A| = -2
+    assert notice is not None and "target entropy -2;" in notice
+    stated = float(notice.split("have entropy ")[1].split(" ")[0])
+    assert abs(stated - 2 * (0.5 * np.log(2 * np.pi * np.e) + np.log(0.03))) < 0.01
+    assert narrow_action_notice(SACNConfig(target_entropy=-5.0), narrow) is None
+    assert narrow_action_notice(SACNConfig(), rng.uniform(-1, 1, size=(1000, 2))) is None
