@@ -83,6 +83,19 @@ def evaluate(
     env_id, task = _resolve(task_or_env_id)
     reference = reference_scores(ref_min_score, ref_max_score, task)
 
+    # A diverged policy (one member of a population, say) gives NaN actions, which one simulator integrates and
+    # another refuses: its episodes run on with zero actions and return NaN, and the others are unaffected.
+    diverged = np.zeros(episodes, bool)
+
+    def finite_policy(inputs):
+        actions = np.asarray(policy_fn(inputs), np.float32)
+        if actions.shape[:1] == (episodes,):
+            bad = ~np.isfinite(actions.reshape(episodes, -1)).all(axis=1)
+            if bad.any():
+                diverged[bad] = True
+                actions = np.where(bad.reshape(-1, *[1] * (actions.ndim - 1)), np.float32(0.0), actions)
+        return actions
+
     envs = []
     try:
         for _ in range(episodes):
@@ -90,12 +103,13 @@ def evaluate(
                 envs.append(gymnasium.make(env_id, **(env_kwargs or {})))
             except gymnasium.error.Error as exc:
                 raise ConfigError(f"evaluate: cannot make env {env_id!r}: {exc}") from None
-        slots = lockstep.run(envs, policy_fn, lambda slot, episode: reset_seeds[slot], episodes=1)
+        slots = lockstep.run(envs, finite_policy, lambda slot, episode: reset_seeds[slot], episodes=1)
     finally:
         for env in envs:
             env.close()
 
     returns = np.array([ep.episode_return for (ep,) in slots], np.float64)
+    returns[diverged] = np.nan
     lengths = np.array([len(ep) for (ep,) in slots], np.int64)
     mean = float(returns.mean())
     return EvalResult(

@@ -65,6 +65,21 @@ def test_returns_and_lengths_match_a_single_env_loop(reference):
     assert result.std == pytest.approx(returns.std(), rel=1e-12)
 
 
+def test_a_diverged_policys_episodes_return_nan_and_leave_the_others_as_in_a_plain_loop(reference):
+    returns, _, _ = reference
+    diverged = {1, 4}  # slots whose policy gives NaN from its first step, as a diverged population member's
+
+    def act(obs):
+        actions = numpy_act(obs)
+        actions[sorted(diverged)] = np.nan
+        return actions
+
+    result = evaluate(markov(act), "hopper", episodes=EPISODES, seed=100, env_kwargs={"max_episode_steps": LIMIT})
+    finite = [i for i in range(EPISODES) if i not in diverged]
+    np.testing.assert_array_equal(result.returns[finite], returns[finite])
+    assert np.isnan(result.returns[sorted(diverged)]).all() and np.isnan(result.mean)
+
+
 def test_episode_lengths_stop_at_termination_or_truncation(reference):
     _, lengths, terminated = reference
     # the fixture's policy and seeds give both kinds of episode end
