@@ -143,6 +143,14 @@ class CriticJudge(Protocol):
         ...
 
 
+class DataNoticer(Protocol):
+    """An algorithm with something to tell the user about the data before it trains (`mbrl train` prints it)."""
+
+    def data_notice(self, actions: Any) -> str | None:
+        """One line on what in the data's actions, (rows, act_dim), works against this algorithm's settings, or None."""
+        ...
+
+
 @dataclasses.dataclass(frozen=True)
 class OnlineSettings:
     """What `mbrl finetune` asks of an online learner (WSRL).

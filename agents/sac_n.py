@@ -133,12 +133,11 @@ def sac_rules(config) -> dict:
     return {}
 
 
-def narrow_action_notice(sac: SACNConfig, actions) -> str | None:
-    """A one-line note when the data's actions have less entropy (a Gaussian fitted per dimension) than the entropy
-    `sac` tunes the temperature towards: the temperature then grows until the actor's actions leave the data's,
+def narrow_action_notice(target: float, actions) -> str | None:
+    """A one-line note when the data's actions have less entropy (a Gaussian fitted per dimension) than the `target`
+    entropy the temperature is tuned towards: the temperature then grows until the actor's actions leave the data's,
     as on Simglucose, whose insulin sits against its lower bound (docs/findings.md). None otherwise."""
     actions = np.asarray(actions, dtype=np.float64)
-    target = -actions.shape[1] if sac.target_entropy is None else sac.target_entropy
     stds = np.maximum(actions.std(axis=0), 1e-6)
     data_entropy = float(np.sum(0.5 * np.log(2.0 * np.pi * np.e * stds**2)))
     if data_entropy >= target:
@@ -382,6 +381,10 @@ class SACNAgent:
 
     def init(self, key: jax.Array, hypers: dict) -> SACNState:
         return self.core.init(key, hypers["sac"])
+
+    def data_notice(self, actions) -> str | None:
+        """`mbrl.agents.base.DataNoticer`: whether the temperature's target entropy is out of the data's reach."""
+        return narrow_action_notice(self.core.target_entropy, actions)
 
     def update_many(self, state: SACNState, batches: Transitions, key: jax.Array, hypers: dict):
         return self.core.update_many(state, batches, key, hypers["sac"])

@@ -23,7 +23,6 @@ from mbrl import datasets
 from mbrl.agents import registry
 from mbrl.agents.base import AlgorithmEntry
 from mbrl.agents.networks import ObsScale
-from mbrl.agents.sac_n import SACNConfig, narrow_action_notice
 from mbrl.checkpoint import Checkpointer
 from mbrl.config import TrainConfig
 from mbrl.core.errors import ConfigError
@@ -228,10 +227,10 @@ def prepare_run(
                                                obs_scale))
 
     trainer = trainer_for(config, dataset.info.obs_dim, dataset.info.act_dim, obs_scale)
-    if not resume and entry.sections.get("sac") is SACNConfig:
-        notice = narrow_action_notice(config.sac, dataset.transitions.action)
-        if notice:
-            print(f"mbrl train: {notice}", file=sys.stderr)
+    data_notice = getattr(trainer.agent, "data_notice", None)  # `mbrl.agents.base.DataNoticer`
+    notice = data_notice(dataset.transitions.action) if data_notice is not None and not resume else None
+    if notice:
+        print(f"mbrl train: {notice}", file=sys.stderr)
     real = trainer.real_data(dataset)
     world_model = (world_models_for(config, dataset, task, model_paths, progress, entry=entry)
                    if trainer.uses_model else None)

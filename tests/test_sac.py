@@ -517,9 +517,9 @@ def test_the_narrow_action_notice_compares_the_data_entropy_with_the_target():
     # A Gaussian of std s has entropy 0.5 * ln(2 pi e s^2) per dimension: 2 * (-2.0876) = -4.18 for s = 0.03.
     rng = np.random.default_rng(0)
     narrow = rng.normal(-0.5, 0.03, size=(200_000, 2))
-    notice = narrow_action_notice(SACNConfig(), narrow)  # target -|A| = -2
+    notice = narrow_action_notice(-2.0, narrow)  # SAC's default target, -|A|
     assert notice is not None and "target entropy -2;" in notice
     stated = float(notice.split("have entropy ")[1].split(" ")[0])
     assert abs(stated - 2 * (0.5 * np.log(2 * np.pi * np.e) + np.log(0.03))) < 0.01
-    assert narrow_action_notice(SACNConfig(target_entropy=-5.0), narrow) is None
-    assert narrow_action_notice(SACNConfig(), rng.uniform(-1, 1, size=(1000, 2))) is None
+    assert narrow_action_notice(-5.0, narrow) is None
+    assert narrow_action_notice(-2.0, rng.uniform(-1, 1, size=(1000, 2))) is None
