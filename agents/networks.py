@@ -74,6 +74,11 @@ def masked_mean(values, weights):
     return jnp.sum(values * weights) / jnp.maximum(jnp.sum(weights), 1.0)
 
 
+def gaussian_entropy(log_std):
+    """Entropy of a diagonal Gaussian (summed over the last axis)."""
+    return jnp.sum(log_std + 0.5 * (1.0 + jnp.log(2 * jnp.pi)), axis=-1)
+
+
 def anchor_error(mean, data_action, weights=None):
     """Mean squared distance between the deterministic action tanh(mean) and the data's action, over the
     rows with nonzero `weights` (all rows when None): the BC term of TD3+BC-style anchors. On samples

@@ -40,7 +40,7 @@ import optax
 from flax import struct
 
 from mbrl.agents.base import traced, traced_values
-from mbrl.agents.networks import masked_mean
+from mbrl.agents.networks import gaussian_entropy, masked_mean
 from mbrl.core.tanh_gaussian import sample_tanh_gaussian, tanh_gaussian_log_prob, tanh_gaussian_mode
 from mbrl.core.errors import ConfigError
 from mbrl.core.nn import ACTIVATIONS, MLP
@@ -213,11 +213,6 @@ class PPOBatch:
 class PPOMinibatches:
     rows: PPOBatch  # (N, ...), once (not repeated per update)
     index: jax.Array  # (K, N // minibatches) int32 row indices, K = learning_epochs * minibatches
-
-
-def gaussian_entropy(log_std):
-    """Entropy of a diagonal Gaussian (summed over the last axis)."""
-    return jnp.sum(log_std + 0.5 * (1.0 + jnp.log(2 * jnp.pi)), axis=-1)
 
 
 def gaussian_kl(old_mean, old_log_std, mean, log_std):

@@ -25,7 +25,7 @@ import optax
 from flax import struct
 
 from mbrl.agents.base import scan_updates, static_when_zero, traced, traced_values
-from mbrl.agents.networks import CriticEnsemble, ObsScale, anchor_error, scaled
+from mbrl.agents.networks import CriticEnsemble, ObsScale, anchor_error, gaussian_entropy, scaled
 from mbrl.core.nn import INITS
 from mbrl.core.tanh_gaussian import TanhGaussianActor, sample_tanh_gaussian, tanh_gaussian_mode
 from mbrl.core.errors import ConfigError
@@ -138,8 +138,7 @@ def narrow_action_notice(target: float, actions) -> str | None:
     entropy the temperature is tuned towards: the temperature then grows until the actor's actions leave the data's,
     as on Simglucose, whose insulin sits against its lower bound (docs/findings.md). None otherwise."""
     actions = np.asarray(actions, dtype=np.float64)
-    stds = np.maximum(actions.std(axis=0), 1e-6)
-    data_entropy = float(np.sum(0.5 * np.log(2.0 * np.pi * np.e * stds**2)))
+    data_entropy = float(gaussian_entropy(jnp.log(np.maximum(actions.std(axis=0), 1e-6))))
     if data_entropy >= target:
         return None
     return (f"note: the data's actions have entropy {data_entropy:.2f} (a Gaussian per dimension), below SAC's target "
