@@ -93,8 +93,8 @@ PRESETS = {
 
 def make(config, obs_dim, act_dim, obs_scale):
     if obs_scale is not None:
-        raise ConfigError("normalize_obs: mopo-ppo standardises its observations with running statistics of its "
-                          "rollouts (ppo.normalize_obs); leave normalize_obs off")
+        raise ConfigError("normalize_obs, ignore_obs_dims: mopo-ppo standardises its observations with running "
+                          "statistics of its rollouts (ppo.normalize_obs); leave both off")
     return MOPOPPO(config.ppo, config.mopo_ppo, obs_dim, act_dim)
 
 
@@ -114,5 +114,5 @@ def one_iteration_per_epoch(config) -> dict:
 ALGORITHM = AlgorithmEntry(
     name="mopo-ppo", sections={"ppo": PPOConfig, "mopo_ppo": MOPOPPOConfig}, make=make, presets=PRESETS,
     model_kind="rwm", imagination_fields=("horizon", "rollouts_per_epoch"), finalize=one_iteration_per_epoch,
-    smoke={"ppo": {"hidden_sizes": [16, 16], "learning_epochs": 5, "minibatches": 2}},
+    smoke={"ppo": {"hidden_sizes": [16, 16], "learning_epochs": 5, "minibatches": 2}}, ignores_positions=False,
 )

@@ -22,28 +22,40 @@ from mbrl.core.nn import MLP
 class ObsScale:
     """A fixed standardisation of observations, (obs - mean) / std, from the training data: a constant of the
     agent's networks, so training, imagination, evaluation and export all see the same inputs. Without it an
-    observation with a wide range (NeoRL-2 Simglucose's patient constants, up to ~340) saturates the first layer."""
+    observation with a wide range (NeoRL-2 Simglucose's patient constants, up to ~340) saturates the first layer.
+    `ignored`: dimensions the networks never see (held at 0), such as a robot's absolute position."""
 
     mean: tuple[float, ...]
     std: tuple[float, ...]
+    ignored: tuple[int, ...] = ()
 
     @classmethod
-    def of(cls, observations) -> ObsScale:
+    def of(cls, observations, ignored: Sequence[int] = ()) -> ObsScale:
         """The scale of `observations` (rows, obs_dim); a dimension constant over the data is centred, not scaled."""
         observations = np.asarray(observations, np.float64)
         mean, std = observations.mean(axis=0), observations.std(axis=0)
         std = np.where(std > 1e-6 * (1.0 + np.abs(mean)), std, 1.0)
-        return cls(tuple(float(x) for x in mean), tuple(float(x) for x in std))
+        return cls(tuple(float(x) for x in mean), tuple(float(x) for x in std), tuple(int(d) for d in ignored))
+
+    @classmethod
+    def identity(cls, obs_dim: int, ignored: Sequence[int]) -> ObsScale:
+        """No standardisation, only `ignored` held at 0."""
+        return cls((0.0,) * obs_dim, (1.0,) * obs_dim, tuple(int(d) for d in ignored))
 
     @classmethod
     def from_json(cls, data: dict | None) -> ObsScale | None:
-        return None if data is None else cls(tuple(data["mean"]), tuple(data["std"]))
+        return None if data is None else cls(tuple(data["mean"]), tuple(data["std"]), tuple(data.get("ignored", ())))
 
     def to_json(self) -> dict:
-        return {"mean": list(self.mean), "std": list(self.std)}
+        return {"mean": list(self.mean), "std": list(self.std), **({"ignored": list(self.ignored)} if self.ignored else {})}
 
     def __call__(self, obs):
-        return (obs - jnp.asarray(self.mean, jnp.float32)) / jnp.asarray(self.std, jnp.float32)
+        scaled_obs = (obs - jnp.asarray(self.mean, jnp.float32)) / jnp.asarray(self.std, jnp.float32)
+        if not self.ignored:
+            return scaled_obs
+        keep = np.ones(len(self.mean), np.float32)
+        keep[list(self.ignored)] = 0.0
+        return scaled_obs * jnp.asarray(keep)
 
 
 class Scaled:

@@ -57,6 +57,26 @@ DETERMINISTIC_IMAGINATION = {"dmsd": "docs/neorl2.md, Mean imagined steps on DMS
 TARGET_ENTROPY = {"simglucose": -5.0}
 
 
+# NeoRL-2 SafetyHalfCheetah observes the cheetah's absolute x (rootx, dimension 0; NeoRL2 neorl2/envs/
+# safetyhalfcheetah.py keeps it for the reward), on which the dynamics do not depend (a flat plane) and which the data
+# ties to the time step: its behaviour policy runs at 2.59 m/s on average over steps 100 to 200 of every episode and
+# slows to 1.52 over the last 100 (each of the 18 train episodes alike), so an agent that sees x learns where along the
+# track to slow down. The agents that learn a critic ignore it there, and so do the MLP ensemble's members; BC does
+# not (without x it averages the fast and the slow phases' actions), nor mopo-ppo (its own normaliser). Measured
+# (docs/findings.md, "SafetyHalfCheetah"): TD3+BC 72.0 seeing x, 76.2 without; BC 71.8 seeing x, 69.2 without.
+POSITION_DIMS = {"safetyhalfcheetah": (0,)}
+
+
+def shared_per_dataset(entry, dataset: str | None) -> dict:
+    """The overrides every algorithm takes on `dataset` (`entry`: its `AlgorithmEntry`): the absolute positions its
+    networks (where it `ignores_positions`) and its MLP ensemble ignore (may be empty)."""
+    dims = POSITION_DIMS.get(dataset or "")
+    if dims is None:
+        return {}
+    return {**({"ignore_obs_dims": dims} if entry.ignores_positions else {}),
+            **({"ensemble": {"invariant_obs_dims": dims}} if entry.model_kind == "mlp" else {})}
+
+
 def sac_per_dataset(dataset: str | None) -> dict:
     """The `sac` overrides every SAC-based algorithm shares on `dataset` (may be empty)."""
     return {"target_entropy": TARGET_ENTROPY[dataset]} if dataset in TARGET_ENTROPY else {}

@@ -143,7 +143,7 @@ class LoggingConfig:
     wandb_project: str = "offline-mbrl"
 
 
-TOP_LEVEL = ("algo", "dataset", "task", "preset", "seed", "seeds", "normalize_obs")  # fields of TrainConfig every algorithm reads
+TOP_LEVEL = ("algo", "dataset", "task", "preset", "seed", "seeds", "normalize_obs", "ignore_obs_dims")  # fields of TrainConfig every algorithm reads
 
 
 class _TrainConfigRules:
@@ -159,6 +159,9 @@ class _TrainConfigRules:
     normalize_obs: standardise observations inside the policy and critics by the train data's mean and std
         (stored with the run, part of the export): for observations of wide or unequal ranges. mopo-ppo has its
         own (ppo.normalize_obs).
+    ignore_obs_dims: observation dimensions the policy and critics never see (held at 0 inside the networks, stored
+        with the run, part of the export), such as a robot's absolute position, on which a good policy need not
+        depend and which the data's episodes tie to the time step.
 
     The sections `algo` does not read (`mbrl.agents.registry`) hold their defaults: a value there would be
     ignored, so it is refused.
@@ -173,6 +176,10 @@ class _TrainConfigRules:
         _positive("seeds", self.seeds)
         if self.seed < 0:
             raise ConfigError(f"seed: expected an int >= 0, found {self.seed}")
+        dims = tuple(self.ignore_obs_dims)
+        if any(isinstance(d, bool) or not isinstance(d, int) or d < 0 for d in dims) or len(set(dims)) != len(dims):
+            raise ConfigError(f"ignore_obs_dims: expected distinct observation indices >= 0, found {dims!r}")
+        object.__setattr__(self, "ignore_obs_dims", dims)
         changed = [name for name in unread_fields(self.algo) if _field_value(self, name) != _field_value(_DEFAULTS, name)]
         if changed:
             raise ConfigError(refusal(self.algo, changed))
@@ -200,6 +207,7 @@ TrainConfig = dataclasses.make_dataclass(
     [
         _field("algo", str, registry.DEFAULT), _field("dataset", str, "hopper-medium"), _field("task", str | None, None),
         _field("preset", str, "quick"), _field("seed", int, 0), _field("seeds", int, 1), _field("normalize_obs", bool, False),
+        _field("ignore_obs_dims", tuple[int, ...], ()),
         *(_field(name, section, section()) for name, section in registry.SECTIONS.items()),
         _field("imagination", ImaginationConfig, ImaginationConfig()), _field("ensemble", EnsembleConfig, EnsembleConfig()),
         _field("fit", FitConfig, FitConfig()), _field("rwm", RecurrentConfig, RecurrentConfig()),

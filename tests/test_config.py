@@ -190,7 +190,21 @@ def test_every_preset_sets_only_what_its_algorithm_reads():
             for dataset in datasets:
                 preset = registry.entry(algo).preset(name, dataset)
                 assert config_io.unread(algo, preset) == [], (algo, name, dataset)
-                assert set(preset) <= {*registry.entry(algo).reads, *registry.COMMON_SECTIONS}
+                assert set(preset) <= {*registry.entry(algo).reads, *registry.COMMON_SECTIONS, *config_io.TOP_LEVEL}
+                if algo == "mopo-ppo":  # its own normaliser refuses the run's observation scale
+                    assert "ignore_obs_dims" not in preset and "normalize_obs" not in preset, (algo, name, dataset)
+
+
+def test_the_agents_with_a_critic_ignore_safetyhalfcheetahs_absolute_position_and_so_do_their_ensembles():
+    # rootx is observation 0 of NeoRL-2's SafetyHalfCheetah (qpos first, rootx first). BC keeps it (measured), and
+    # mopo-ppo keeps its own normaliser and RWM-U, so takes neither.
+    for algo in registry.ALGORITHMS:
+        entry = registry.entry(algo)
+        config = config_io.build(algo, "neorl2:SafetyHalfCheetah", "quick")
+        assert config.ignore_obs_dims == (() if algo in ("bc", "mopo-ppo") else (0,)), algo
+        assert config.ensemble.invariant_obs_dims == ((0,) if entry.model_kind == "mlp" else ()), algo
+        other = config_io.build(algo, "neorl2:DMSD", "quick")
+        assert (other.ignore_obs_dims, other.ensemble.invariant_obs_dims) == ((), ()), algo
 
 
 # -------------------------------------------------------------------------------------------------

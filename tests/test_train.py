@@ -7,6 +7,7 @@ one small world model is fitted once per module and reused through `--world-mode
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import signal
@@ -325,6 +326,47 @@ def test_a_run_keeps_its_observation_scale_for_eval_and_export(dataset, dataset_
     # The same weights without the scale act differently: the scale is in the loaded agent, not a no-op.
     bare = trainer_for(config, dataset.info.obs_dim, dataset.info.act_dim)
     assert np.abs(np.asarray(bare.agent.act(loaded.actor_params(0), (), _inputs(obs), None, True)[0]) - trained).max() > 1e-3
+
+
+def test_ignored_observation_dims_never_reach_the_networks(dataset, dataset_path, tmp_path):
+    # A dimension the agent ignores (a robot's absolute position) may hold anything: the agent trained on data where
+    # it is noise acts exactly as the one trained on the original data, with or without the standardisation, and the
+    # run's export ignores it too.
+    from mbrl.core.errors import ConfigError
+    from mbrl.export_run import load_policy_from_run
+
+    rng = np.random.default_rng(3)
+    t = dataset.transitions
+    noisy_obs, noisy_next = t.obs.copy(), t.next_obs.copy()
+    noisy_obs[:, 0], noisy_next[:, 0] = rng.normal(0, 1e3, len(t.obs)), rng.normal(0, 1e3, len(t.obs))
+    noisy = dataclasses.replace(dataset, transitions=t.replace(obs=noisy_obs, next_obs=noisy_next))
+    probe = t.obs[:64]
+    for normalize in (True, False):
+        actions = {}
+        for ignore in ((0,), ()):
+            config = tiny_config("bc", schedule={**TINY["schedule"], "epochs": 1}, normalize_obs=normalize,
+                                 ignore_obs_dims=ignore)
+            for name, data in (("original", dataset), ("noisy", noisy)):
+                trainer = trainer_of_data(config, data)
+                state = trainer.initial_state([0], [hypers_of(config)])
+                state, _ = trainer.run_epoch(state, trainer.real_data(data), None)
+                act = trainer.agent.act(jax.tree.map(lambda x: x[0], trainer.agent.actor_params(state.agent)), (),
+                                        _inputs(probe), None, True)[0]
+                actions[ignore, name] = np.asarray(act)
+        np.testing.assert_allclose(actions[(0,), "noisy"], actions[(0,), "original"], atol=1e-6)
+        assert np.abs(actions[(), "noisy"] - actions[(), "original"]).max() > 0.1
+    config = tiny_config("bc", dataset=str(dataset_path), schedule={**TINY["schedule"], "epochs": 1}, ignore_obs_dims=(0,))
+    result = run(config, tmp_path / "bc", dataset=dataset)
+    assert json.loads((result.run_dir / "run.json").read_text())["obs_scale"]["ignored"] == [0]
+    spec = load_policy_from_run(result.run_dir)
+    moved = probe[:8].copy()
+    moved[:, 0] += 123.0
+    for o, m in zip(probe[:8], moved):
+        np.testing.assert_array_equal(np.asarray(spec.apply_fn(spec.params, o)), np.asarray(spec.apply_fn(spec.params, m)))
+    with pytest.raises(ConfigError, match=r"ignore_obs_dims: \(99,\) names a dimension outside the dataset's"):
+        trainer_of_data(tiny_config("bc", ignore_obs_dims=(99,)), dataset)
+    with pytest.raises(ConfigError, match=r"ignore_obs_dims: expected distinct observation indices >= 0, found \(-1,\)"):
+        tiny_config("bc", ignore_obs_dims=(-1,))
 
 
 def test_mopo_ppo_refuses_normalize_obs(dataset):

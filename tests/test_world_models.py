@@ -7,6 +7,7 @@ fits again keeps the same shapes (the compiled epoch is then reused).
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import jax
@@ -535,3 +536,29 @@ def test_a_column_that_never_changes_is_predicted_as_its_constant():
     assert np.abs(means[..., OBS_DIM]).max() < 1e-5  # a two-hundredth of the parameter's spread
     assert stds[..., OBS_DIM].max() < 1e-5
     assert np.abs(means[..., 0] - targets_of(data)[:, 0]).mean() > 1e-3  # the other columns: a 2-epoch fit's error
+
+
+def test_an_invariant_dimension_never_reaches_the_members_and_survives_a_save(tmp_path):
+    """A robot's absolute position (NeoRL-2 SafetyHalfCheetah's rootx): the dynamics do not depend on it, and the
+    data's episodes tie it to the time step. With it declared invariant, every member's prediction is the same
+    wherever the robot stands, before and after a save; its change is still predicted."""
+    base = linear_system(600, seed=6)
+    rng = np.random.default_rng(1)
+    position = np.cumsum(0.1 + 0.05 * base.obs[:, :1], axis=0)  # moves on with the first state
+    data = Transitions.from_arrays(np.concatenate([base.obs, position], 1), base.action, base.reward,
+                                   np.concatenate([base.next_obs, position + 0.1 + 0.05 * base.obs[:, :1]], 1),
+                                   base.terminal, np.zeros(600))
+    config = EnsembleConfig(num_members=3, num_elites=2, hidden_dims=(16, 16), invariant_obs_dims=(OBS_DIM,))
+    fit = FitConfig(max_epochs=2, batch_size=128, max_holdout=100, eval_episodes=0, seed=0)
+    model = fit_world_model(data, config=config, fit_config=fit, progress=False).model
+    elsewhere = data.replace(obs=data.obs.copy())
+    elsewhere.obs[:, OBS_DIM] = rng.uniform(-1e3, 1e3, 600)
+    for m in (model, WorldModel.load(model.save(tmp_path / "m"))):
+        here, there = predictions(m, data), predictions(m, elsewhere)
+        np.testing.assert_array_equal(here[0], there[0])
+        np.testing.assert_array_equal(here[1], there[1])
+    assert np.abs(here[0][..., OBS_DIM]).mean() > 0.01  # the position's change is predicted, not dropped
+    with pytest.raises(ConfigError, match=r"ensemble\.invariant_obs_dims: \(4,\) names a dimension outside the 4"):
+        fit_world_model(data, config=dataclasses.replace(config, invariant_obs_dims=(4,)), fit_config=fit, progress=False)
+    with pytest.raises(ConfigError, match=r"ensemble\.invariant_obs_dims: expected distinct observation indices"):
+        EnsembleConfig(invariant_obs_dims=(1, 1))

@@ -40,6 +40,8 @@ class EnsembleConfig:
     weight_decays: L2 coefficient per dense layer (hidden layers then output); None gives
         MOPO's list for 4 hidden layers, else a linear ramp over the same range.
     learned_termination: add a termination logit head (for tasks with no known function).
+    invariant_obs_dims: observation dimensions the dynamics do not depend on, such as a robot's absolute position
+        along an open floor: the members never see them (their input is held at 0), and still predict their change.
     logvar_init_max / logvar_init_min / logvar_bound_penalty: the learned log-variance bounds' initial
         values and the weight of their penalty (without layer_norm).
     """
@@ -54,8 +56,12 @@ class EnsembleConfig:
     logvar_init_min: float = -10.0
     logvar_bound_penalty: float = 0.01  # OfflineRL-Kit `logvar_loss_coef`
     learned_termination: bool = False
+    invariant_obs_dims: tuple[int, ...] = ()
 
     def __post_init__(self):
+        dims = tuple(self.invariant_obs_dims)
+        if any(isinstance(d, bool) or not isinstance(d, int) or d < 0 for d in dims) or len(set(dims)) != len(dims):
+            raise ConfigError(f"ensemble.invariant_obs_dims: expected distinct observation indices >= 0, found {dims!r}")
         if isinstance(self.num_members, bool) or not isinstance(self.num_members, int) or self.num_members < 1:
             raise ConfigError(f"ensemble.num_members: expected a positive int, found {self.num_members!r}")
         if not 1 <= self.num_elites <= self.num_members:

@@ -263,6 +263,18 @@ def make_normalizer(values: np.ndarray, constant_std: float = 1.0) -> Normalizer
     return Normalizer(mean=jnp.asarray(mean, jnp.float32), std=jnp.asarray(std, jnp.float32))
 
 
+def without_inputs(norm: Normalizer, dims: tuple[int, ...], obs_dim: int) -> Normalizer:
+    """`norm` with observation dimensions `dims` scaled to 0 (an infinite std): the members cannot depend on them,
+    and a saved model keeps the choice in its normaliser."""
+    if not dims:
+        return norm
+    if max(dims) >= obs_dim:
+        raise ConfigError(f"ensemble.invariant_obs_dims: {tuple(dims)} names a dimension outside the {obs_dim} "
+                          f"observation dimensions (0 to {obs_dim - 1})")
+    index = jnp.asarray(dims)
+    return Normalizer(mean=norm.mean.at[index].set(0.0), std=norm.std.at[index].set(jnp.inf))
+
+
 def model_inputs(transitions: Transitions) -> np.ndarray:
     return np.concatenate([transitions.obs, transitions.action], axis=1).astype(np.float32)
 
@@ -323,6 +335,7 @@ def fit_ensemble(
     """
     train_x, train_y = model_inputs(train), model_targets(train)
     input_norm, target_norm = make_normalizer(train_x), make_normalizer(train_y, CONSTANT_TARGET_STD)
+    input_norm = without_inputs(input_norm, config.invariant_obs_dims, obs_dim)
     network = GaussianEnsemble(config, obs_dim + 1)
     key = jax.random.PRNGKey(fit_config.seed)
     key, init_key, rows_key = jax.random.split(key, 3)
