@@ -62,6 +62,7 @@ class EnsembleConfig:
         dims = tuple(self.invariant_obs_dims)
         if any(isinstance(d, bool) or not isinstance(d, int) or d < 0 for d in dims) or len(set(dims)) != len(dims):
             raise ConfigError(f"ensemble.invariant_obs_dims: expected distinct observation indices >= 0, found {dims!r}")
+        object.__setattr__(self, "invariant_obs_dims", dims)  # (a saved model's JSON gives a list)
         if isinstance(self.num_members, bool) or not isinstance(self.num_members, int) or self.num_members < 1:
             raise ConfigError(f"ensemble.num_members: expected a positive int, found {self.num_members!r}")
         if not 1 <= self.num_elites <= self.num_members:
