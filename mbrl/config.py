@@ -31,7 +31,7 @@ from typing import Annotated, Any
 from mbrl.agents import registry
 from mbrl.core.errors import ConfigError
 from mbrl.core.files import write_text_atomic
-from mbrl.world_models.ensemble import EnsembleConfig
+from mbrl.world_models.ensemble import EnsembleConfig, observation_indices
 from mbrl.world_models.fit import FitConfig
 from mbrl.world_models.recurrent import RecurrentConfig
 from mbrl.world_models.recurrent_fit import RecurrentFitConfig
@@ -176,10 +176,7 @@ class _TrainConfigRules:
         _positive("seeds", self.seeds)
         if self.seed < 0:
             raise ConfigError(f"seed: expected an int >= 0, found {self.seed}")
-        dims = tuple(self.ignore_obs_dims)
-        if any(isinstance(d, bool) or not isinstance(d, int) or d < 0 for d in dims) or len(set(dims)) != len(dims):
-            raise ConfigError(f"ignore_obs_dims: expected distinct observation indices >= 0, found {dims!r}")
-        object.__setattr__(self, "ignore_obs_dims", dims)
+        object.__setattr__(self, "ignore_obs_dims", observation_indices("ignore_obs_dims", self.ignore_obs_dims))
         changed = [name for name in unread_fields(self.algo) if _field_value(self, name) != _field_value(_DEFAULTS, name)]
         if changed:
             raise ConfigError(refusal(self.algo, changed))

@@ -55,6 +55,7 @@ from mbrl.core.errors import ConfigError
 from mbrl.core.files import cache_dir, write_text_atomic
 from mbrl.core.replay import ReplayBuffer
 from mbrl.core.types import PolicyInput
+from mbrl.world_models.ensemble import observation_indices
 
 
 @struct.dataclass
@@ -98,11 +99,8 @@ def trainer_for(config: TrainConfig, obs_dim: int, act_dim: int, obs_scale: ObsS
 def observation_scale(config: TrainConfig, dataset) -> ObsScale | None:
     """The standardisation of the dataset's observations when `config.normalize_obs`, with the dimensions the agent
     ignores (`config.ignore_obs_dims`) held at 0; None when neither is asked for."""
-    ignored = tuple(config.ignore_obs_dims)
     obs_dim = dataset.info.obs_dim
-    if ignored and max(ignored) >= obs_dim:
-        raise ConfigError(f"ignore_obs_dims: {ignored} names a dimension outside the dataset's {obs_dim} observation "
-                          f"dimensions (0 to {obs_dim - 1})")
+    ignored = observation_indices("ignore_obs_dims", config.ignore_obs_dims, obs_dim)
     if config.normalize_obs:
         return ObsScale.of(dataset.transitions.obs, ignored)
     return ObsScale.identity(obs_dim, ignored) if ignored else None

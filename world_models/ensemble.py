@@ -28,6 +28,18 @@ MOPO_WEIGHT_DECAYS = (2.5e-5, 5e-5, 7.5e-5, 7.5e-5, 1e-4)
 NEUBAY_LOG_STD_RANGE = (-5.0, 0.25)
 
 
+def observation_indices(name: str, values, obs_dim: int | None = None) -> tuple[int, ...]:
+    """`values` as a tuple of distinct observation indices >= 0 (below `obs_dim` where given), or a `ConfigError`
+    naming option `name`."""
+    dims = tuple(values)
+    if any(isinstance(d, bool) or not isinstance(d, int) or d < 0 for d in dims) or len(set(dims)) != len(dims):
+        raise ConfigError(f"{name}: expected distinct observation indices >= 0, found {dims!r}")
+    if obs_dim is not None and dims and max(dims) >= obs_dim:
+        raise ConfigError(f"{name}: {dims} names a dimension outside the {obs_dim} observation dimensions "
+                          f"(0 to {obs_dim - 1})")
+    return dims
+
+
 @dataclasses.dataclass(frozen=True)
 class EnsembleConfig:
     """Architecture of the dynamics ensemble.
@@ -59,10 +71,9 @@ class EnsembleConfig:
     invariant_obs_dims: tuple[int, ...] = ()
 
     def __post_init__(self):
-        dims = tuple(self.invariant_obs_dims)
-        if any(isinstance(d, bool) or not isinstance(d, int) or d < 0 for d in dims) or len(set(dims)) != len(dims):
-            raise ConfigError(f"ensemble.invariant_obs_dims: expected distinct observation indices >= 0, found {dims!r}")
-        object.__setattr__(self, "invariant_obs_dims", dims)  # (a saved model's JSON gives a list)
+        # (a saved model's JSON gives a list)
+        object.__setattr__(self, "invariant_obs_dims", observation_indices("ensemble.invariant_obs_dims",
+                                                                           self.invariant_obs_dims))
         if isinstance(self.num_members, bool) or not isinstance(self.num_members, int) or self.num_members < 1:
             raise ConfigError(f"ensemble.num_members: expected a positive int, found {self.num_members!r}")
         if not 1 <= self.num_elites <= self.num_members:

@@ -29,7 +29,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from mbrl.core.early_stopping import EarlyStopping
 from mbrl.core.errors import ConfigError, DatasetError
 from mbrl.core.types import OfflineDataset, Transitions
-from mbrl.world_models.ensemble import EnsembleConfig, GaussianEnsemble, ensemble_loss, init_params
+from mbrl.world_models.ensemble import EnsembleConfig, GaussianEnsemble, ensemble_loss, init_params, observation_indices
 from mbrl.world_models.model import ModelInfo, Normalizer, WorldModel
 
 HOLDOUT_CHUNK = 2048  # rows per step of the chunked holdout evaluation
@@ -266,11 +266,8 @@ def make_normalizer(values: np.ndarray, constant_std: float = 1.0) -> Normalizer
 def without_inputs(norm: Normalizer, dims: tuple[int, ...], obs_dim: int) -> Normalizer:
     """`norm` with observation dimensions `dims` scaled to 0 (an infinite std): the members cannot depend on them,
     and a saved model keeps the choice in its normaliser."""
-    if not dims:
+    if not observation_indices("ensemble.invariant_obs_dims", dims, obs_dim):
         return norm
-    if max(dims) >= obs_dim:
-        raise ConfigError(f"ensemble.invariant_obs_dims: {tuple(dims)} names a dimension outside the {obs_dim} "
-                          f"observation dimensions (0 to {obs_dim - 1})")
     index = jnp.asarray(dims)
     return Normalizer(mean=norm.mean.at[index].set(0.0), std=norm.std.at[index].set(jnp.inf))
 
