@@ -277,8 +277,6 @@ class AlgorithmEntry:
     smoke: the smallest sizes of its own sections that still exercise every part (tests, smoke runs).
     space: its shipped search space (`mbrl sweep --space NAME`), keyed as a TOML space file is
         (`mbrl.sweep.space`): option -> {low, high[, log, step]} or {choices}; empty: none.
-    ignores_positions: on a dataset whose observation holds an absolute position (`mbrl.agents.presets.POSITION_DIMS`),
-        its preset has its networks ignore it (`ignore_obs_dims`).
     """
 
     name: str
@@ -292,7 +290,6 @@ class AlgorithmEntry:
     finalize: Callable[[Any], dict[str, Any]] = lambda config: {}
     smoke: Mapping[str, Mapping[str, Any]] = dataclasses.field(default_factory=dict)
     space: Mapping[str, Mapping[str, Any]] = dataclasses.field(default_factory=dict)
-    ignores_positions: bool = True
 
     def __post_init__(self):
         if self.model_kind not in MODEL_SECTIONS:
@@ -336,15 +333,12 @@ class AlgorithmEntry:
         return {name: compile_canonical(getattr(config, name)) for name in self.sections}
 
     def preset(self, name: str, dataset: str | None = None) -> dict[str, Any]:
-        """The nested overrides of preset `name` on `dataset` (a fresh copy): the algorithm's preset, what every
-        algorithm takes on that dataset (`mbrl.agents.presets.shared_per_dataset`), then its own per-dataset entry."""
-        from mbrl.agents.presets import shared_per_dataset  # (presets reads this module's names)
-
+        """The nested overrides of preset `name` on `dataset` (a fresh copy); a per-dataset entry may set a top-level
+        field (`ignore_obs_dims`) besides sections."""
         out = copy.deepcopy(dict(self.presets[name]))
-        for overrides in (shared_per_dataset(self, dataset), self.per_dataset(dataset)):
-            for key, values in overrides.items():
-                if isinstance(values, dict):
-                    out.setdefault(key, {}).update(values)
-                else:
-                    out[key] = values
+        for key, values in self.per_dataset(dataset).items():
+            if isinstance(values, dict):
+                out.setdefault(key, {}).update(values)
+            else:
+                out[key] = values
         return out

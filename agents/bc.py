@@ -118,4 +118,4 @@ SPACE = {
 
 ALGORITHM = AlgorithmEntry(name="bc", sections={"bc": BCConfig}, make=make, presets=PRESETS,
                            smoke={"bc": {"hidden_sizes": [16, 16], "batch_size": 16}},
-                           space=SPACE, ignores_positions=False)  # (agents/presets.py: POSITION_DIMS)
+                           space=SPACE)

@@ -114,5 +114,5 @@ def one_iteration_per_epoch(config) -> dict:
 ALGORITHM = AlgorithmEntry(
     name="mopo-ppo", sections={"ppo": PPOConfig, "mopo_ppo": MOPOPPOConfig}, make=make, presets=PRESETS,
     model_kind="rwm", imagination_fields=("horizon", "rollouts_per_epoch"), finalize=one_iteration_per_epoch,
-    smoke={"ppo": {"hidden_sizes": [16, 16], "learning_epochs": 5, "minibatches": 2}}, ignores_positions=False,
+    smoke={"ppo": {"hidden_sizes": [16, 16], "learning_epochs": 5, "minibatches": 2}},
 )

@@ -61,20 +61,10 @@ TARGET_ENTROPY = {"simglucose": -5.0}
 # safetyhalfcheetah.py keeps it for the reward), on which the dynamics do not depend (a flat plane) and which the data
 # ties to the time step: its behaviour policy runs at 2.59 m/s on average over steps 100 to 200 of every episode and
 # slows to 1.52 over the last 100 (each of the 18 train episodes alike), so an agent that sees x learns where along the
-# track to slow down. The agents that learn a critic ignore it there, and so do the MLP ensemble's members; BC does
-# not (without x it averages the fast and the slow phases' actions), nor mopo-ppo (its own normaliser). Measured
-# (docs/findings.md, "SafetyHalfCheetah"): TD3+BC 72.0 seeing x, 76.2 without; BC 71.8 seeing x, 69.2 without.
+# track to slow down. A preset hides it (`ignore_obs_dims`) where that was measured to raise the score. Measured
+# (docs/findings.md, "SafetyHalfCheetah"; 100 episodes a seed): TD3+BC 72.0 seeing x, 76.2 without (3 seeds each),
+# so its preset hides it; MOPO 72.3 seeing x (3 seeds), 72.7 without (6 seeds), BC 71.8 and 69.2, so theirs do not.
 POSITION_DIMS = {"safetyhalfcheetah": (0,)}
-
-
-def shared_per_dataset(entry, dataset: str | None) -> dict:
-    """The overrides every algorithm takes on `dataset` (`entry`: its `AlgorithmEntry`): the absolute positions its
-    networks (where it `ignores_positions`) and its MLP ensemble ignore (may be empty)."""
-    dims = POSITION_DIMS.get(dataset or "")
-    if dims is None:
-        return {}
-    return {**({"ignore_obs_dims": dims} if entry.ignores_positions else {}),
-            **({"ensemble": {"invariant_obs_dims": dims}} if entry.model_kind == "mlp" else {})}
 
 
 def sac_per_dataset(dataset: str | None) -> dict:

@@ -28,6 +28,7 @@ from flax import struct
 
 from mbrl.agents.base import AlgorithmEntry, scan_updates, traced, traced_values
 from mbrl.agents.networks import CriticEnsemble, DeterministicActor, ObsScale, scaled
+from mbrl.agents.presets import POSITION_DIMS
 from mbrl.core.errors import ConfigError
 from mbrl.core.nn import MLP
 from mbrl.core.types import Transitions
@@ -245,12 +246,13 @@ NEORL2: dict[str, tuple[float, float]] = {
 
 
 def per_dataset(dataset: str | None) -> dict[str, Any]:
-    """α and the policy noise for a NeoRL-2 task (`dmsd`); empty otherwise (the paper used α 2.5 on every D4RL
-    locomotion dataset)."""
+    """α and the policy noise for a NeoRL-2 task (`dmsd`), and the absolute position its networks ignore there
+    (`mbrl.agents.presets.POSITION_DIMS`); empty otherwise (the paper used α 2.5 on every D4RL locomotion dataset)."""
     if dataset not in NEORL2:
         return {}
     alpha, policy_noise = NEORL2[dataset]
-    return {"td3_bc": {"alpha": alpha, "policy_noise": policy_noise}}
+    hidden = {"ignore_obs_dims": POSITION_DIMS[dataset]} if dataset in POSITION_DIMS else {}
+    return {"td3_bc": {"alpha": alpha, "policy_noise": policy_noise}, **hidden}
 
 
 def make(config, obs_dim, act_dim, obs_scale):
