@@ -292,14 +292,18 @@ def test_normalize_obs_makes_the_agent_blind_to_the_observations_units(dataset, 
     for normalize in (True, False):
         config = tiny_config("bc", schedule={**TINY["schedule"], "epochs": 1}, normalize_obs=normalize)
         for name, data, obs in (("original", dataset, probe), ("moved", moved, probe * scale + shift)):
-            trainer = trainer_of_data(config, data)
-            state = trainer.initial_state([0], [hypers_of(config)])
-            state, _ = trainer.run_epoch(state, trainer.real_data(data), None)
-            act = trainer.agent.act(jax.tree.map(lambda x: x[0], trainer.agent.actor_params(state.agent)), (),
-                                    _inputs(obs), None, True)[0]
-            actions[normalize, name] = np.asarray(act)
+            actions[normalize, name] = _actions_after_one_epoch(config, data, obs)
     np.testing.assert_allclose(actions[True, "moved"], actions[True, "original"], atol=2e-3)
     assert np.abs(actions[False, "moved"] - actions[False, "original"]).max() > 0.1
+
+
+def _actions_after_one_epoch(config, data, obs):
+    """The deterministic actions at `obs` of seed 0's agent after one epoch of `config` on `data`."""
+    trainer = trainer_of_data(config, data)
+    state = trainer.initial_state([0], [hypers_of(config)])
+    state, _ = trainer.run_epoch(state, trainer.real_data(data), None)
+    actor = jax.tree.map(lambda x: x[0], trainer.agent.actor_params(state.agent))
+    return np.asarray(trainer.agent.act(actor, (), _inputs(obs), None, True)[0])
 
 
 def _inputs(obs):
@@ -345,12 +349,7 @@ def test_ignored_observation_dims_never_reach_the_networks(dataset, dataset_path
     for ignore in ((0,), ()):
         config = tiny_config("bc", schedule={**TINY["schedule"], "epochs": 1}, normalize_obs=True, ignore_obs_dims=ignore)
         for name, data in (("original", dataset), ("noisy", noisy)):
-            trainer = trainer_of_data(config, data)
-            state = trainer.initial_state([0], [hypers_of(config)])
-            state, _ = trainer.run_epoch(state, trainer.real_data(data), None)
-            act = trainer.agent.act(jax.tree.map(lambda x: x[0], trainer.agent.actor_params(state.agent)), (),
-                                    _inputs(probe), None, True)[0]
-            actions[ignore, name] = np.asarray(act)
+            actions[ignore, name] = _actions_after_one_epoch(config, data, probe)
     np.testing.assert_allclose(actions[(0,), "noisy"], actions[(0,), "original"], atol=1e-6)
     assert np.abs(actions[(), "noisy"] - actions[(), "original"]).max() > 0.1
     config = tiny_config("bc", dataset=str(dataset_path), schedule={**TINY["schedule"], "epochs": 1}, ignore_obs_dims=(0,))
