@@ -216,13 +216,14 @@ def prepare_run(
     # The dataset and its task first: a bad file or declaration leaves no run directory behind.
     dataset = dataset if dataset is not None else datasets.load(config.dataset, task=config.task)
     task = find_task(dataset.info.task)
+    # A resumed run keeps the scale it started with (the dataset file may have changed since); a new one's is checked
+    # against the dataset (ignore_obs_dims) before anything is written.
+    obs_scale = ObsScale.from_json(facts.get("obs_scale")) if facts else observation_scale(config, dataset)
     if not resume:
         run_dir.mkdir(parents=True, exist_ok=True)
         config_io.save(config, run_dir / "config.json")
     ref_scores = dataset_reference_scores(dataset, task)
     dataset_score = _dataset_score(dataset, ref_scores)
-    # A resumed run keeps the scale it started with (the dataset file may have changed since).
-    obs_scale = ObsScale.from_json(facts.get("obs_scale")) if facts else observation_scale(config, dataset)
     _write_json(run_dir / RUN_FILE, _run_facts(run_dir, entry, model_paths, dataset, task, ref_scores, dataset_score,
                                                obs_scale))
 

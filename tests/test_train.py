@@ -362,6 +362,9 @@ def test_ignored_observation_dims_never_reach_the_networks(dataset, dataset_path
         np.testing.assert_array_equal(np.asarray(spec.apply_fn(spec.params, o)), np.asarray(spec.apply_fn(spec.params, m)))
     with pytest.raises(ConfigError, match=r"ignore_obs_dims: \(99,\) names a dimension outside the"):
         trainer_of_data(tiny_config("bc", ignore_obs_dims=(99,)), dataset)
+    with pytest.raises(ConfigError, match=r"ignore_obs_dims: \(99,\) names a dimension outside the"):
+        run(dataclasses.replace(config, ignore_obs_dims=(99,)), tmp_path / "refused", dataset=dataset)
+    assert not (tmp_path / "refused").exists()  # nothing written
     with pytest.raises(ConfigError, match=r"ignore_obs_dims: expected distinct observation indices >= 0, found \(-1,\)"):
         tiny_config("bc", ignore_obs_dims=(-1,))
 
