@@ -1,4 +1,4 @@
-"""Side by side with polixir's OfflineRL (the library NeoRL-2 trained its published table with): BC and MOPO on
+"""Side by side with polixir's OfflineRL (the library NeoRL-2 trained its published table with): BC, MOPO and CQL on
 NeoRL-2's DMSD, on the same data, the same number of gradient steps and the same evaluation.
 
 Usage (run by hand from the project's root; the peer is not a dependency of the project):
@@ -9,6 +9,10 @@ Usage (run by hand from the project's root; the peer is not a dependency of the 
     # __init__.py, so setup.py's find_packages() skips it). Install the same source from git instead, editable:
     /work/peer-venv/bin/pip uninstall -y offlinerl
     /work/peer-venv/bin/pip install --no-deps -e PATH/OfflineRL      # polixir/OfflineRL at ea1a446 (2024-11-26)
+    # (CQL was run against a7db458, 2023-12-05, the stored mirror's head. Its offlinerl/utils/env.py imports NeoRL v1's
+    # `neorl` package at import time, for environments the harness never makes: an empty module stands in for it. Its
+    # BaseAlgo logs through aim 2's `aim.Session`, which the aim 3 that pip resolves lacks: a logger that records
+    # nothing stands in for it; training is untouched.)
     .venv/bin/python scripts/experiments/neorl2_peer.py --steps 10000 --seeds 0 --episodes 100
 
 The driver runs under the project's venv. For each (side, algo, seed) it trains in a subprocess:
@@ -18,9 +22,10 @@ The driver runs under the project's venv. For each (side, algo, seed) it trains 
   and runs its own `algo_select` / `algo_init` / `AlgoTrainer.train`. Two things stand in for the neorl2 package,
   which is not installed: the obs / action shapes are given in the config (BC's `algo_init` reads them from
   there), and MOPO's `get_env_obs_act_spaces` returns DMSD's boxes (stored by the trainer, never used in
-  training). The per-epoch online evaluation callback is replaced by one that returns nothing. The trained
+  training). The per-epoch online evaluation callback is replaced by one that returns nothing. CQL's BC warm start
+  (`policy_bc_steps`, 40,000 of NeoRL-2's 1M updates) is scaled to the same 4% of `--steps` on both sides. The trained
   actor's layers are written to an .npz together with the torch actions on a probe of dataset observations.
-- ours: `mbrl train --algo bc|mopo --preset paper` with the same budget and, where the two correspond, the peer's
+- ours: `mbrl train --algo bc|mopo|cql --preset paper` with the same budget and, where the two correspond, the peer's
   values (see OURS_MATCHED).
 
 Then both sides are scored by `mbrl.evaluate.evaluate` on the project's DMSD simulator (`mbrl.envs.neorl2.dmsd`) with the
@@ -63,7 +68,16 @@ PEER_HYPERS = {
     # 5 epochs retained, dynamics 7 members / 5 elites of 4x200; grid_tune horizon x penalty_coef x uncertainty_mode;
     # DMSD best: horizon 1, penalty 0.5, aleatoric
     "mopo": {"horizon": 1, "penalty_coef": 0.5, "uncertainty_mode": "aleatoric"},
+    # cql_config.py: 3x256 networks (layer_num 2), actor lr 1e-4 (the temperature's too), critic lr 3e-4 (the Lagrange
+    # multiplier's too), batch 256, num_random 10, temp 1, type_q_backup "min" (entropy kept in the target); grid_tune
+    # min_q_version x min_q_weight x lagrange_thresh; DMSD best (benchmark/results/DMSD-cql/log.csv): v3, 5, 10
+    "cql": {"min_q_version": 3, "min_q_weight": 5.0, "lagrange_thresh": 10.0},
 }
+BC_WARM_START_SHARE = 40_000 / 1_000_000  # cql_config.py policy_bc_steps of NeoRL-2's 1,000 epochs x 1,000 steps
+
+
+def bc_warm_start(steps: int) -> int:
+    return int(steps * BC_WARM_START_SHARE)
 
 # Our side: the `paper` preset, with the peer's values where a setting means the same on both sides.
 OURS_MATCHED = {
@@ -74,6 +88,9 @@ OURS_MATCHED = {
              "--sac.actor-lr", "1e-4", "--sac.critic-lr", "3e-4", "--sac.alpha-lr", "1e-4", "--sac.batch-size", "256",
              "--sac.gamma", "0.99", "--sac.tau", "5e-3", "--sac.alpha-max", "1.0", "--sac.actor-bc-coef", "0",
              "--sac.init", "torch", "--sac.logp-epsilon", "1e-6", "--sac.update-order", "critic_actor_alpha"],
+    # the paper preset with NeoRL-2's DMSD values (agents/cql.py per_dataset: Lagrange 10, v3, weight 5, soft backup)
+    # is the peer's configuration; the initialisation and log-probability as torch's, the warm start added per run
+    "cql": ["--sac.init", "torch", "--sac.logp-epsilon", "1e-6"],
 }
 
 
@@ -123,9 +140,12 @@ def peer_train(a) -> None:
     # One intra-op thread: on 2 cores shared with other processes, torch's OpenMP pool of 2 spin-waits and was
     # measured 30x slower per dynamics-fit batch (700 ms against 24 ms) than one thread.
     torch.set_num_threads(int(os.environ.get("PEER_THREADS", "1")))
+    import types
+
     from gym.spaces import Box
 
-    import offlinerl.algo.modelbase.model_base as model_base
+    sys.modules.setdefault("neorl", types.ModuleType("neorl"))  # see the module docstring: never used
+
     from offlinerl.algo import algo_select
 
     out = Path(a.out)
@@ -133,13 +153,34 @@ def peer_train(a) -> None:
     train_buffer = _npz_buffer(a.data)
     val_buffer = _npz_buffer(a.val) if a.val else None
     obs_dim, act_dim = train_buffer.obs.shape[1], train_buffer.act.shape[1]
-    model_base.get_env_obs_act_spaces = lambda task: (  # neorl2's DMSD boxes, stored and never used in training
-        Box(-np.inf, np.inf, (obs_dim,), np.float32), Box(-1.0, 1.0, (act_dim,), np.float32))
+    if a.algo == "mopo":
+        import offlinerl.algo.modelbase.model_base as model_base
 
+        model_base.get_env_obs_act_spaces = lambda task: (  # neorl2's DMSD boxes, stored and never used in training
+            Box(-np.inf, np.inf, (obs_dim,), np.float32), Box(-1.0, 1.0, (act_dim,), np.float32))
+
+    (out / "aim").mkdir(exist_ok=True)  # a7db458's BaseAlgo logs there only if it exists
+    import offlinerl.algo.base as algo_base
+
+    if not hasattr(__import__("aim"), "Session"):  # a7db458 logs through aim 2's Session; the venv has aim 3
+
+        class MetricsLogger:  # stands in for the experiment logger only: its records are not read here
+            def __init__(self, **kwargs):
+                self.repo = types.SimpleNamespace(index_path=str(out / "aim"))
+
+            def set_params(self, *args, **kwargs):
+                pass
+
+            def track(self, *args, **kwargs):
+                pass
+
+        algo_base.init_exp_logger = MetricsLogger
     kwargs = {"algo_name": a.algo, "task": TASK, "seed": a.seed, "exp_name": f"{TASK}-{a.algo}",
               "aim_path": str(out / "aim")}
     algo_init_fn, trainer_cls, config = algo_select(kwargs)
     config.update(PEER_HYPERS[a.algo])
+    if a.algo == "cql":
+        config["policy_bc_steps"] = bc_warm_start(a.steps)
     config.update({"device": "cpu", "obs_shape": obs_dim, "action_shape": act_dim,
                    "steps_per_epoch": STEPS_PER_EPOCH, "max_epoch": a.steps // STEPS_PER_EPOCH})
     if a.algo == "mopo":
@@ -148,13 +189,14 @@ def peer_train(a) -> None:
     trainer = trainer_cls(init, config)
 
     updates = {"n": 0}
-    step = trainer.actor_optim.step
+    actor_optim = trainer.actor_opt if a.algo == "cql" else trainer.actor_optim
+    step = actor_optim.step
 
     def counted_step(*args, **kwargs):
         updates["n"] += 1
         return step(*args, **kwargs)
 
-    trainer.actor_optim.step = counted_step
+    actor_optim.step = counted_step
     fit = {"seconds": 0.0}
     if a.algo == "mopo":
         train_transition = trainer.train_transition
@@ -169,12 +211,16 @@ def peer_train(a) -> None:
     t0 = time.perf_counter()
     trainer.train(train_buffer, val_buffer, callback_fn=lambda policy: {})
     seconds = time.perf_counter() - t0
-    trainer.exp_run.close()
+    run_logger = getattr(trainer, "exp_run", None) or getattr(trainer, "exp_logger", None)  # ea1a446 / a7db458
+    if hasattr(run_logger, "close"):
+        run_logger.close()
 
     policy = trainer.get_policy().to("cpu")
     policy.eval()
     if a.algo == "bc":  # GaussianActor: mean = first act_dim outputs of backbone.net, unbounded
         ops, head = _layers(policy.backbone.net), "first_half"
+    elif a.algo == "cql":  # TanhGaussianPolicy: mode = tanh(mu(preprocess))
+        ops, head = _layers(policy.preprocess.model) + _layers([policy.mu]), "tanh"
     else:  # ActorProb + TanhDiagGaussian(unbounded, conditioned sigma): mode = tanh(mu(backbone))
         ops, head = _layers(policy.backbone.model) + _layers([policy.dist_net.mu]), "tanh"
     rng = np.random.default_rng(2024)
@@ -190,7 +236,11 @@ def peer_train(a) -> None:
         else:
             spec.append(list(op))
     np.savez(out / "policy.npz", **arrays)
-    meta = {"ops": spec, "head": head, "act_dim": int(act_dim), "grad_steps": updates["n"],
+    import offlinerl
+
+    commit = subprocess.run(["git", "-C", str(Path(offlinerl.__file__).parent), "rev-parse", "--short", "HEAD"],
+                            capture_output=True, text=True).stdout.strip() or "unknown"
+    meta = {"ops": spec, "head": head, "act_dim": int(act_dim), "grad_steps": updates["n"], "commit": commit,
             "train_seconds": seconds, "fit_seconds": fit["seconds"] if a.algo == "mopo" else None,
             "hypers": {k: config[k] for k in sorted(config) if k not in ("grid_tune", "params_tune")
                        and isinstance(config[k], (int, float, str, bool, list, tuple, type(None)))}}
@@ -255,7 +305,7 @@ def run_peer(a, algo: str, seed: int, out: Path) -> dict:
     t1 = time.perf_counter()
     result = evaluate(lockstep.markov(policy), get_task(TASK), episodes=a.episodes, seed=reset_seeds(a.eval_seed, seed, a.episodes))
     meta = policy.meta
-    return {"side": "peer", "impl": "polixir/OfflineRL ea1a446 (torch, CPU)", "algo": algo, "seed": seed,
+    return {"side": "peer", "impl": f"polixir/OfflineRL {meta.get('commit', 'ea1a446')} (torch, CPU)", "algo": algo, "seed": seed,
             "normalized_score": normalized(result.mean), "return_mean": result.mean, "return_std": result.std,
             "episodes": a.episodes, "grad_steps": meta["grad_steps"], "wall_seconds": wall,
             "train_seconds": meta["train_seconds"], "fit_seconds": meta["fit_seconds"],
@@ -280,6 +330,8 @@ def run_ours(a, algo: str, seed: int, out: Path) -> dict:
         cmd += ["--world-model", str(a.world_model)]
     if not a.ours_preset_only:
         cmd += OURS_MATCHED[algo]
+    if algo == "cql":
+        cmd += ["--cql.policy-bc-steps", str(bc_warm_start(a.steps))]
     t0 = time.perf_counter()
     with open(out / "logs" / f"ours-{algo}-s{seed}.log", "w") as log:
         rc = subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT, cwd=ROOT).returncode
@@ -308,8 +360,7 @@ def run_ours(a, algo: str, seed: int, out: Path) -> dict:
         found = find(json.loads((Path(a.world_model) / "model.json").read_text())) or {}
         fit = {k: found.get(k) for k in ("fit_seconds", "epochs", "stop_reason", "elites")}
     cfg = json.loads((directory / "config.json").read_text())
-    hypers = {k: cfg.get(k) for k in ("bc",) if algo == "bc"} if algo == "bc" else \
-        {k: cfg.get(k) for k in ("sac", "mopo", "imagination")}
+    hypers = {k: cfg.get(k) for k in {"bc": ("bc",), "cql": ("sac", "cql")}.get(algo, ("sac", "mopo", "imagination"))}
     return {"side": "ours", "impl": "offline-mbrl (JAX, CPU)", "algo": algo, "seed": seed,
             "normalized_score": normalized(ret), "return_mean": ret, "return_std": float(res["return_std"][0]),
             "episodes": a.episodes, "grad_steps": int(loaded.record["updates"]), "wall_seconds": wall,
@@ -322,7 +373,7 @@ def main(argv=None) -> int:
         argv = sys.argv[1:]
     if argv[:1] == ["_peer"]:
         p = argparse.ArgumentParser(prog="neorl2_peer.py _peer")
-        p.add_argument("--algo", choices=("bc", "mopo"), required=True)
+        p.add_argument("--algo", choices=("bc", "mopo", "cql"), required=True)
         p.add_argument("--steps", type=int, required=True)
         p.add_argument("--seed", type=int, required=True)
         p.add_argument("--data", required=True)
@@ -335,7 +386,7 @@ def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--steps", type=int, default=10_000, help="gradient steps (actor updates) per run; a multiple of 1,000")
     p.add_argument("--seeds", type=int, nargs="+", default=[0])
-    p.add_argument("--algos", nargs="+", choices=("bc", "mopo"), default=["bc", "mopo"])
+    p.add_argument("--algos", nargs="+", choices=("bc", "mopo", "cql"), default=["bc", "mopo"])
     p.add_argument("--sides", nargs="+", choices=("peer", "ours"), default=["peer", "ours"])
     p.add_argument("--episodes", type=int, default=1000,
                    help="evaluation episodes per run (NeoRL-2's launch_task.py: number_of_runs=1000)")
