@@ -1,6 +1,6 @@
 """Fine-tuning side by side (docs/finetune.md): WSRL, WSRL keeping 50% offline data, and SAC from scratch (and, with
---variants, WSRL with its anchor decayed to 0 or none), from one offline run, several seeds each, through
-`mbrl finetune --robot mujoco:ENV`.
+--variants, WSRL with its anchor decayed to 0, with none, or with one of 2.5 for a run trained without one), from one
+offline run, several seeds each, through `mbrl finetune --robot mujoco:ENV`.
 
     python scripts/experiments/finetune_compare.py --run runs/mopo --out results/finetune [--seeds 0 1 2] [--steps 30000] [--jobs 2]
 
@@ -27,9 +27,11 @@ VARIANTS = {
     "SAC from scratch": ["--scratch"],
     "WSRL, anchor decayed to 0": ["--anchor-final", "0"],
     "WSRL, no anchor": ["--anchor", "0"],
+    "WSRL, anchor 2.5": ["--anchor", "2.5"],  # for a run trained without one (CQL): the quick presets' weight
 }
 SLUG = {"WSRL": "wsrl", "WSRL + 50% offline data": "retain50", "SAC from scratch": "scratch",
-        "WSRL, anchor decayed to 0": "decay0", "WSRL, no anchor": "no-anchor"}
+        "WSRL, anchor decayed to 0": "decay0", "WSRL, no anchor": "no-anchor",
+        "WSRL, anchor 2.5": "anchor2.5"}
 DEFAULT_VARIANTS = ["WSRL", "WSRL + 50% offline data", "SAC from scratch"]
 
 
