@@ -160,9 +160,13 @@ def peer_train(a) -> None:
             Box(-np.inf, np.inf, (obs_dim,), np.float32), Box(-1.0, 1.0, (act_dim,), np.float32))
 
     (out / "aim").mkdir(exist_ok=True)  # a7db458's BaseAlgo logs there only if it exists
-    import offlinerl.algo.base as algo_base
+    import inspect
 
-    if not hasattr(__import__("aim"), "Session"):  # a7db458 logs through aim 2's Session; the venv has aim 3
+    import offlinerl.algo.base as algo_base
+    import offlinerl.utils.exp as peer_exp
+
+    # a7db458 logs through aim 2's Session, which the aim 3 that pip resolves lacks (ea1a446 ran under aim 3 as is)
+    if "aim.Session" in inspect.getsource(peer_exp) and not hasattr(__import__("aim"), "Session"):
 
         class MetricsLogger:  # stands in for the experiment logger only: its records are not read here
             def __init__(self, **kwargs):
