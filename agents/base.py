@@ -23,7 +23,8 @@ algorithm it runs:
   reward, uncertainty)` (MOPO, RAVL);
 - "sequences": whole imagined trajectories after real prefixes, on a sequence tape (NEUBAY);
 - "onpolicy": a fresh batch of long rollouts every iteration, from real histories, handed to the algorithm's
-  `prepare(state, rollout, valid, hypers)` and used for that iteration's updates only (MOPO-PPO).
+  `prepare(state, rollout, valid, hypers, demonstrations=None)` and used for that iteration's updates only
+  (MOPO-PPO; `demonstrations`: dataset rows, for an algorithm that asks for them).
 """
 
 from __future__ import annotations

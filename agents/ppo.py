@@ -53,6 +53,8 @@ LR_FACTOR = 1.5
 LR_MIN, LR_MAX = 1e-5, 1e-2
 NORMALIZER_EPS = 1e-2  # rsl_rl EmpiricalNormalization's eps: (x - mean) / (std + eps)
 ADVANTAGE_EPS = 1e-8  # rsl_rl compute_returns: (A - mean) / (std + 1e-8)
+LOG_RATIO_BOUND = 20.0  # |log pi/pi_old| above this counts as this (e^20: far outside any clip)
+DEMO_ACTION_BOUND = 1.0 - 1e-3  # |a| of a dataset action the cloning phase fits (atanh 3.8)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -75,6 +77,12 @@ class PPOConfig:
     max_grad_norm: global-norm clip of the gradients of actor, critic and noise together
     init_noise_std: initial standard deviation of the Gaussian before the tanh
     normalize_obs: normalise observations with running statistics of the imagined rollouts
+    bc_init_iterations: the first this many iterations fit the actor's mean and noise to the dataset's actions by
+        maximum likelihood (behaviour cloning, at the initial learning rate) instead of PPO's surrogate, so that PPO
+        starts from the data's policy, where the model's rollouts are trustworthy (BPPO, Zhuang et al. 2023, starts
+        PPO from BC); the critic learns from the imagined rollouts all along. 0: PPO from a random policy (rsl_rl)
+    bc_coef: after that phase, this weight times the same negative log-likelihood joins PPO's loss (an anchor to the
+        data's actions, as the SAC-based agents' quick presets have). 0: none
     """
 
     hidden_sizes: tuple[int, ...] = (256, 256, 256)
@@ -93,6 +101,8 @@ class PPOConfig:
     max_grad_norm: float = 1.0
     init_noise_std: float = 1.0
     normalize_obs: bool = True
+    bc_init_iterations: int = 0
+    bc_coef: float = 0.0
 
     def __post_init__(self):
         def fail(name, expected):
@@ -115,13 +125,15 @@ class PPOConfig:
         for name in ("learning_epochs", "minibatches"):
             if not is_int(getattr(self, name)) or getattr(self, name) < 1:
                 fail(name, "a positive int")
+        if not is_int(self.bc_init_iterations) or self.bc_init_iterations < 0:
+            fail("bc_init_iterations", "an int >= 0")
         for name in ("clip_value_loss", "normalize_obs"):
             if not isinstance(getattr(self, name), bool):
                 fail(name, "a bool")
         for name in ("learning_rate", "clip", "desired_kl", "max_grad_norm", "init_noise_std"):
             if not is_number(getattr(self, name)) or not getattr(self, name) > 0:
                 fail(name, "a finite number > 0")
-        for name in ("value_loss_coef", "entropy_coef"):
+        for name in ("value_loss_coef", "entropy_coef", "bc_coef"):
             if not is_number(getattr(self, name)) or not getattr(self, name) >= 0:
                 fail(name, "a finite number >= 0")
         if not is_number(self.gamma) or not 0.0 < self.gamma <= 1.0:
@@ -207,6 +219,8 @@ class PPOBatch:
     returns: jax.Array  # (N,), GAE return (raw advantage + V), 0 on padding
     weight: jax.Array  # (N,) float32: 1 valid, 0 padding
     obs_norm: Any = None  # the normaliser the old quantities were computed with (`update_many` adopts it)
+    demo_obs: jax.Array | None = None  # (N, obs_dim) raw dataset observations for the BC phase, or None
+    demo_action: jax.Array | None = None  # (N, act_dim) the dataset's actions there
 
 
 @struct.dataclass
@@ -314,12 +328,19 @@ class PPO:
 
     # ----------------------------------------------------------------- rollout -> batch
 
-    def prepare(self, state: PPOState, rollout: Transitions, valid, hypers: dict):
+    @property
+    def demonstrations(self) -> bool:
+        """Whether `prepare` wants dataset rows (`demonstrations=`) for its behaviour-cloning phase."""
+        return self.config.bc_init_iterations > 0 or self.config.bc_coef > 0
+
+    def prepare(self, state: PPOState, rollout: Transitions, valid, hypers: dict, demonstrations=None):
         """rollout: time-major Transitions (H, B, ...) as mbrl.world_models.rollout returns them (reward already
         penalised by the caller), valid (H, B) bool. 1) update the obs normaliser with the valid obs (if
         normalize_obs); 2) with the updated normaliser compute old mean/log_std/log_prob of the stored
         actions and V(obs), V(next_obs); 3) GAE over time, per trajectory (`gae`); invalid rows get A = 0
         and weight 0; returns = A + V(obs); 4) normalise advantages over valid rows; 5) flatten to H*B rows.
+
+        demonstrations: (obs, action) dataset rows, N of them, for the behaviour-cloning phase (`demonstrations`).
 
         Returns (state with the updated normaliser, PPOBatch, metrics: reward_mean, value_mean,
         return_mean over valid rows, valid_fraction)."""
@@ -363,6 +384,10 @@ class PPO:
         batch = PPOBatch(obs=obs, action=action, old_log_prob=old_log_prob, old_mean=mean, old_log_std=log_std,
                          old_value=jnp.where(weight > 0, value, 0.0), advantage=advantage, returns=returns,
                          weight=weight, obs_norm=obs_norm)
+        if self.demonstrations:
+            if demonstrations is None:
+                raise ConfigError("ppo.bc_init_iterations, ppo.bc_coef: behaviour cloning needs the dataset's rows")
+            batch = batch.replace(demo_obs=demonstrations[0], demo_action=demonstrations[1])
         metrics = {
             "reward_mean": masked_mean(flat(reward), weight),
             "value_mean": masked_mean(value, weight),
@@ -384,13 +409,17 @@ class PPO:
 
     # ----------------------------------------------------------------- updates
 
-    def loss(self, params: dict, obs, rows: PPOBatch, hp: dict):
-        """PPO's loss on a minibatch (normalised obs), weighted by `rows.weight`; aux: the metrics."""
+    def loss(self, params: dict, obs, rows: PPOBatch, hp: dict, demo_obs=None, cloning=None):
+        """PPO's loss on a minibatch (normalised obs), weighted by `rows.weight`; aux: the metrics. While `cloning`
+        (traced bool), the actor's part is the negative log-likelihood of the dataset's actions at `demo_obs`
+        (normalised) instead of the surrogate and the entropy bonus."""
         clip, weight = hp["clip"], rows.weight
         mean = self.actor.apply(params["actor"], obs)
         log_std = jnp.broadcast_to(params["log_std"], mean.shape)
         log_prob = tanh_gaussian_log_prob(mean, log_std, rows.action)
-        ratio = jnp.exp(log_prob - rows.old_log_prob)
+        # Bounded before exp: a saturated tanh action's log-prob moves fast with the mean, and a ratio past float32's
+        # range (e^89) makes the surrogate's gradient NaN; rows that far out of the trust region carry no gradient.
+        ratio = jnp.exp(jnp.clip(log_prob - rows.old_log_prob, -LOG_RATIO_BOUND, LOG_RATIO_BOUND))
         surrogate = jnp.maximum(-rows.advantage * ratio, -rows.advantage * jnp.clip(ratio, 1.0 - clip, 1.0 + clip))
         surrogate_loss = masked_mean(surrogate, weight)
 
@@ -402,7 +431,17 @@ class PPO:
         value_loss = masked_mean(value_error, weight)
 
         entropy = gaussian_entropy(params["log_std"])  # state-independent noise: the same for every row
-        loss = surrogate_loss + hp["value_loss_coef"] * value_loss - hp["entropy_coef"] * entropy
+        actor_loss = surrogate_loss - hp["entropy_coef"] * entropy
+        extra = {}
+        if demo_obs is not None:
+            demo_mean = self.actor.apply(params["actor"], demo_obs)
+            demo_log_std = jnp.broadcast_to(params["log_std"], demo_mean.shape)
+            # Saturated data actions would pull the mean to atanh(1 - 1e-6) = 7.3: clip them nearer.
+            demo_action = jnp.clip(rows.demo_action, -DEMO_ACTION_BOUND, DEMO_ACTION_BOUND)
+            bc_loss = -jnp.mean(tanh_gaussian_log_prob(demo_mean, demo_log_std, demo_action))
+            actor_loss = jnp.where(cloning, bc_loss, actor_loss + self.config.bc_coef * bc_loss)
+            extra = {"bc_loss": bc_loss}
+        loss = actor_loss + hp["value_loss_coef"] * value_loss
         kl = masked_mean(gaussian_kl(rows.old_mean, rows.old_log_std, jax.lax.stop_gradient(mean),
                                      jax.lax.stop_gradient(log_std)), weight)
         metrics = {
@@ -411,6 +450,7 @@ class PPO:
             "entropy": entropy,
             "kl": kl,
             "clip_fraction": masked_mean((jnp.abs(ratio - 1.0) > clip).astype(jnp.float32), weight),
+            **extra,
         }
         return loss, metrics
 
@@ -420,10 +460,16 @@ class PPO:
         hp = hypers["ppo"]
         params = {"actor": state.actor, "critic": state.critic, "log_std": state.log_std}
         obs = self._normalize(state.obs_norm, rows.obs)
-        (_, metrics), grads = jax.value_and_grad(self.loss, has_aux=True)(params, obs, rows, hp)
+        demo_obs = cloning = None
+        if self.demonstrations:
+            demo_obs = self._normalize(state.obs_norm, rows.demo_obs)
+            cloning = state.steps < self.config.bc_init_iterations * self.updates_per_iteration
+        (_, metrics), grads = jax.value_and_grad(self.loss, has_aux=True)(params, obs, rows, hp, demo_obs, cloning)
         learning_rate = state.learning_rate
         if self.config.schedule == "adaptive":
-            learning_rate = adapt_learning_rate(learning_rate, metrics["kl"], hp["desired_kl"])
+            adapted = adapt_learning_rate(learning_rate, metrics["kl"], hp["desired_kl"])
+            # Cloning's KL says nothing of PPO's step size: the rate waits for PPO.
+            learning_rate = adapted if cloning is None else jnp.where(cloning, learning_rate, adapted)
         direction, opt_state = self.tx.update(grads, state.opt_state)
         params = jax.tree.map(lambda p, d: p - learning_rate * d, params, direction)
         new_state = PPOState(actor=params["actor"], critic=params["critic"], log_std=params["log_std"],

@@ -412,7 +412,8 @@ class OnPolicyImagination:
     rewards go through the agent's `model_reward` (the λ·u penalty); a trajectory is cut, and bootstrapped,
     before a step whose uncertainty exceeds `threshold_quantile` of the model's uncertainty on the dataset's
     own steps. The agent turns the rollout into one iteration's batch (`prepare`: values, log-probs, GAE), which
-    earns its `ppo.learning_epochs × ppo.minibatches` minibatch updates; nothing is kept for later epochs.
+    earns its `ppo.learning_epochs × ppo.minibatches` minibatch updates; nothing is kept for later epochs. An agent
+    whose `demonstrations` is true also gets as many dataset rows, drawn uniformly, for its behaviour-cloning phase.
     """
 
     uses_model = True
@@ -483,7 +484,11 @@ class OnPolicyImagination:
                            threshold=threshold)
         rows = imagined.transitions.replace(
             reward=self.agent.model_reward(hypers, imagined.raw_reward, imagined.uncertainty))
-        _, batch, metrics = self.agent.prepare(agent_state, rows, imagined.valid, hypers)
+        demonstrations = None
+        if getattr(self.agent, "demonstrations", False):  # dataset rows for a behaviour-cloning phase
+            index = jax.random.randint(jax.random.fold_in(key, 1), (imagined.valid.size,), 0, real.obs.shape[0])
+            demonstrations = (real.obs[index], real.action[index])
+        _, batch, metrics = self.agent.prepare(agent_state, rows, imagined.valid, hypers, demonstrations=demonstrations)
         stats = imagined.stats
         metrics = {**metrics,
                    "imagined_length_mean": stats.mean_length,

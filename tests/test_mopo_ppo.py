@@ -4,6 +4,7 @@ tests/test_end_to_end.py.)"""
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import jax
@@ -24,7 +25,7 @@ from mbrl.world_models.model import Normalizer
 from mbrl.world_models.recurrent import RecurrentConfig, RecurrentWorldModel, init_params
 
 TINY = {
-    "ppo": {"hidden_sizes": [16, 16], "learning_epochs": 2, "minibatches": 4},
+    "ppo": {"hidden_sizes": [16, 16], "learning_epochs": 2, "minibatches": 4, "bc_init_iterations": 0},
     "imagination": {"rollouts_per_epoch": 64, "horizon": 8},
     "schedule": {"epochs": 2, "eval_every": 2, "eval_episodes": 1},
     "logging": {"progress": False},
@@ -83,6 +84,30 @@ def test_an_epoch_is_one_ppo_iteration(hopper_tiny_path):
     with pytest.raises(ConfigError, match=r"schedule\.updates_per_epoch: an epoch of mopo-ppo is one PPO iteration "
                                           r"of ppo\.learning_epochs 2 x ppo\.minibatches 4 = 8 updates; found 10"):
         tiny(hopper_tiny_path, schedule={**TINY["schedule"], "updates_per_epoch": 10})
+
+
+def test_the_bc_phase_clones_the_datasets_actions_through_the_training_program(hopper_tiny_path):
+    """`ppo.bc_init_iterations`: the collects hand the dataset's rows to the first iterations, which fit the actor
+    to the dataset's actions: its greedy actions on the dataset's observations come nearer those actions."""
+    config = tiny(hopper_tiny_path, ppo={**TINY["ppo"], "bc_init_iterations": 8, "learning_rate": 3e-3},
+                  schedule={**TINY["schedule"], "epochs": 8, "eval_every": 8})
+    dataset = datasets.load(hopper_tiny_path)
+    # The tiny file's actions are uniform noise: give it a demonstrator to clone, a fixed map of the observation.
+    demonstrator = np.tanh(dataset.transitions.obs[:, :3] - dataset.transitions.obs[:, 3:6]).astype(np.float32)
+    dataset = dataclasses.replace(dataset, transitions=dataset.transitions.replace(action=demonstrator))
+    result = train_population(config, [{}], [0], dataset=dataset, world_model=ActionCostModel(), evaluate=False)
+    agent = trainer_for(config, dataset.info.obs_dim, dataset.info.act_dim).agent
+    obs, action = jnp.asarray(dataset.transitions.obs), np.asarray(dataset.transitions.action)
+
+    def greedy_error(state):
+        mean = agent.actor.apply(state.actor, state.obs_norm.normalize(obs))
+        return float(np.mean((np.tanh(np.asarray(mean)) - action) ** 2))
+
+    losses = [r["train"]["bc_loss"][0] for r in result.records]
+    assert losses[-1] < losses[0], losses
+    trained = jax.tree.map(lambda x: x[0], result.state.agent)
+    # The data's actions against the cloned policy's, and against always acting 0 (about where a fresh actor acts).
+    assert greedy_error(trained) < 0.2 * float(np.mean(action ** 2)), greedy_error(trained)
 
 
 @struct.dataclass

@@ -274,6 +274,21 @@ def test_adaptive_learning_rate_follows_the_kl(setup, trained):
     np.testing.assert_allclose(adapt(8e-3, 0.0, 0.01), 8e-3)  # KL exactly 0: unchanged, as rsl_rl
 
 
+def test_a_huge_probability_ratio_leaves_the_update_finite(setup, trained):
+    """Stored actions that the policy now finds e^200 times likelier than it did (saturated tanh actions after
+    the mean moved far) overflow exp in float32; the update must stay finite and move nothing to NaN."""
+    s = setup
+    batch, _ = trained["first"]
+    states = trained["states"]
+    shift = jnp.where(jnp.arange(batch.old_log_prob.shape[-1]) % 2 == 0, 200.0, -200.0)
+    batch = batch.replace(old_log_prob=batch.old_log_prob - shift, obs_norm=states.obs_norm)
+    new_states, metrics = s["update_many"](states, s["minibatches"](batch, _keys(21)), _keys(22), s["hypers"])
+    for name, value in metrics.items():
+        assert np.all(np.isfinite(value)), name
+    for leaf in jax.tree.leaves((new_states.actor, new_states.critic, new_states.log_std)):
+        assert np.all(np.isfinite(leaf))
+
+
 def test_fixed_schedule_keeps_the_learning_rate(setup, trained):
     config = dataclasses.replace(setup["agent"].config, schedule="fixed", learning_epochs=2, minibatches=1)
     agent = PPO(config, OBS, ACT)
@@ -325,11 +340,87 @@ def test_normalizer_matches_the_union_of_weighted_rows():
     ("hidden_sizes", ()), ("activation", "swishy"), ("learning_rate", 0.0), ("learning_epochs", 0),
     ("minibatches", 2.5), ("clip", -0.1), ("clip_value_loss", 1), ("value_loss_coef", -1.0),
     ("entropy_coef", float("nan")), ("gamma", 1.5), ("lam", -0.1), ("desired_kl", 0.0), ("schedule", "cosine"),
-    ("max_grad_norm", 0.0), ("init_noise_std", -1.0), ("normalize_obs", "yes"),
+    ("max_grad_norm", 0.0), ("init_noise_std", -1.0), ("normalize_obs", "yes"), ("bc_init_iterations", -1),
+    ("bc_coef", -1.0),
 ])
 def test_bad_config_names_the_field(field, value):
     with pytest.raises(ConfigError, match=f"ppo.{field}: expected"):
         PPOConfig(**{field: value})
+
+
+BC_ITERATIONS = 80
+DEMO_STD = 0.2
+
+
+def _demo_mean(obs):
+    """The demonstrator's Gaussian mean before the tanh: a fixed linear map (a closed form to compare with)."""
+    return 0.8 * obs[..., ::-1] - 0.3
+
+
+def test_bc_init_fits_the_dataset_policy_then_hands_over_to_ppo(setup):
+    """With `bc_init_iterations`, the first iterations fit the actor to demonstrations a = tanh(W s + b + 0.2 e) by
+    maximum likelihood: its mean reaches W s + b and its noise 0.2 (the demonstrator's, in closed form), while the
+    adaptive schedule leaves the rate alone; the iteration after the phase is PPO's again (the rate adapts)."""
+    config = dataclasses.replace(setup["agent"].config, bc_init_iterations=BC_ITERATIONS, learning_rate=3e-3)
+    agent = PPO(config, OBS, ACT)
+    model, starts = setup["model"], setup["starts"]
+    hypers = agent.hypers()
+    rows = ENVS * HORIZON
+
+    @jax.jit
+    def iteration(state, key):
+        rollout_key, demo_key, noise_key, batch_key = jax.random.split(key, 4)
+        imagined = rollout(rollout_key, model, ExploringPolicy(agent), agent.actor_params(state), starts, HORIZON,
+                           RolloutConfig())
+        demo_obs = jax.random.uniform(demo_key, (rows, OBS), minval=-1.0, maxval=1.0)
+        demo_action = jnp.tanh(_demo_mean(demo_obs) + DEMO_STD * jax.random.normal(noise_key, (rows, ACT)))
+        _, batch, _ = agent.prepare(state, imagined.transitions, imagined.valid, hypers,
+                                    demonstrations=(demo_obs, demo_action))
+        return agent.update_many(state, agent.minibatches(batch, batch_key), None, hypers)
+
+    state = jax.jit(agent.init)(jax.random.PRNGKey(3), hypers)
+    for i in range(BC_ITERATIONS):
+        state, metrics = iteration(state, jax.random.PRNGKey(1000 + i))
+        np.testing.assert_allclose(metrics["learning_rate"], 3e-3, rtol=1e-6)  # the schedule waits for PPO
+    assert np.isfinite(metrics["bc_loss"])
+    probe = np.random.default_rng(0).uniform(-0.9, 0.9, (500, OBS)).astype(np.float32)
+    mean = agent.actor.apply(state.actor, state.obs_norm.normalize(jnp.asarray(probe)))
+    np.testing.assert_allclose(np.tanh(mean), np.tanh(_demo_mean(probe)), atol=0.05)
+    np.testing.assert_allclose(np.exp(state.log_std), DEMO_STD, rtol=0.15)
+    _, metrics = iteration(state, jax.random.PRNGKey(9))
+    assert not np.isclose(metrics["learning_rate"], 3e-3)  # PPO's adaptive schedule is back
+
+
+def test_bc_coef_adds_the_weighted_likelihood_after_the_cloning_phase(setup, trained):
+    """After the cloning phase, `bc_coef` c adds c times the demonstrations' negative log-likelihood to PPO's loss
+    (the loss is linear in c); during the phase the actor's part is that likelihood alone, whatever c."""
+    batch, _ = trained["first"]
+    state = jax.tree.map(lambda x: x[0], trained["states"])
+    rows = jax.tree.map(lambda x: x[0, :64], batch.replace(obs_norm=None))
+    rng = np.random.default_rng(1)
+    demo_obs = jnp.asarray(rng.uniform(-1, 1, (64, OBS)), jnp.float32)
+    rows = rows.replace(demo_obs=demo_obs, demo_action=jnp.tanh(_demo_mean(demo_obs)))
+    params = {"actor": state.actor, "critic": state.critic, "log_std": state.log_std}
+    hypers = setup["agent"].hypers()["ppo"]
+
+    def loss(coef, cloning):
+        agent = PPO(dataclasses.replace(setup["agent"].config, bc_coef=coef), OBS, ACT)
+        value, metrics = agent.loss(params, rows.obs, rows, hypers, demo_obs, jnp.asarray(cloning))
+        return float(value), {k: float(v) for k, v in metrics.items()}
+
+    base, metrics = loss(0.0, False)
+    weighted, _ = loss(2.5, False)
+    np.testing.assert_allclose(weighted - base, 2.5 * metrics["bc_loss"], rtol=1e-4)
+    cloned, metrics = loss(2.5, True)
+    np.testing.assert_allclose(cloned, metrics["bc_loss"] + hypers["value_loss_coef"] * metrics["value_loss"], rtol=1e-5)
+
+
+def test_bc_init_needs_the_dataset_rows(setup):
+    agent = PPO(dataclasses.replace(setup["agent"].config, bc_init_iterations=1), OBS, ACT)
+    state = jax.tree.map(lambda x: x[0], setup["states"])
+    rows = Transitions(*(jnp.zeros((HORIZON, ENVS) + shape) for shape in ((OBS,), (ACT,), (), (OBS,), (), ())))
+    with pytest.raises(ConfigError, match="bc_init_iterations"):
+        agent.prepare(state, rows, jnp.ones((HORIZON, ENVS), bool), agent.hypers())
 
 
 def test_minibatches_must_divide_the_rows():

@@ -510,6 +510,30 @@ def test_imagined_horizon_compares_a_shipped_policy_in_mujoco_and_in_the_model(d
         assert line["terminated"] + line["cut_by_uncertainty"] + line["full_horizon"] >= 1.0 - 1e-9, name
 
 
+def test_onpolicy_cut_profiles_the_cut_along_replayed_and_policy_rollouts(dataset_path, world_model_dir, capsys,
+                                                                          load_script):
+    """scripts/experiments/onpolicy_cut.py: the data's thresholds, then the replay's and the initial policy's cut
+    profiles, each share of trajectories cut growing with the step and shrinking with the quantile."""
+    probe = load_script("experiments/onpolicy_cut")
+    probe.main(["--dataset", str(dataset_path), "--world-model", str(world_model_dir), "--starts", "8",
+                "--horizon", "5"])
+    lines = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert [line["case"] for line in lines] == ["data_one_step", "replay", "initial_policy_sampled",
+                                                "initial_policy_mean"]
+    thresholds = list(lines[0]["thresholds"].values())
+    assert thresholds == sorted(thresholds) and 0 < lines[0]["median_u"] <= thresholds[-1]
+    for line in lines[1:]:
+        shares = [list(line[f"cut_by_step_at_q{q}"].values()) for q in ("0.9", "0.99", "0.999", "1.0")]
+        for by_step in shares:
+            assert by_step == sorted(by_step) and all(0.0 <= x <= 1.0 for x in by_step), line["case"]
+        for looser, tighter in zip(shares[1:], shares[:-1]):
+            assert all(a <= b for a, b in zip(looser, tighter)), line["case"]
+        assert 0.0 <= line["mean_length_at_q1.0"] <= 5.0
+    assert lines[1]["trajectories"] == 8 and all(v >= 0 for v in lines[1]["median_rms_error_std_units"].values())
+    with pytest.raises(probe.ConfigError, match="no fitted model"):
+        probe.main(["--dataset", str(dataset_path), "--world-model", str(world_model_dir / "missing")])
+
+
 def test_without_model_noise_every_imagined_step_is_one_elites_mean(full_run, dataset, world_model_dir):
     from mbrl.envs.tasks import TASKS
     from mbrl.world_models.model import WorldModel
