@@ -25,7 +25,8 @@ from mbrl.world_models.model import Normalizer
 from mbrl.world_models.recurrent import RecurrentConfig, RecurrentWorldModel, init_params
 
 TINY = {
-    "ppo": {"hidden_sizes": [16, 16], "learning_epochs": 2, "minibatches": 4, "bc_init_iterations": 0},
+    "ppo": {"hidden_sizes": [16, 16], "learning_epochs": 2, "minibatches": 4, "bc_init_iterations": 0,
+            "bc_coef": 0.0},
     "imagination": {"rollouts_per_epoch": 64, "horizon": 8},
     "schedule": {"epochs": 2, "eval_every": 2, "eval_episodes": 1},
     "logging": {"progress": False},
