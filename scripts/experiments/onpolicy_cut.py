@@ -40,11 +40,15 @@ QUANTILES = (0.9, 0.99, 0.999, 1.0)
 STEPS = (1, 2, 5, 10, 20, 50, 100, 200, 500)
 
 
+def report_steps(horizon: int) -> list[int]:
+    return [k for k in STEPS if k <= horizon]
+
+
 def cut_profile(u: np.ndarray, thresholds: dict, horizon: int) -> dict:
     """u: (H, B) along B trajectories (NaN after a fall). Share cut by step k (running max of u above each
     threshold) and the median u at step k over the trajectories still standing."""
     running = np.fmax.accumulate(u, axis=0)
-    steps = [k for k in STEPS if k <= horizon]
+    steps = report_steps(horizon)
     out = {"median_u": {k: round(float(np.nanmedian(u[k - 1])), 5) for k in steps}}
     for q, value in thresholds.items():
         out[f"cut_by_step_at_q{q}"] = {k: round(float(np.mean(running[k - 1] > value)), 3) for k in steps}
@@ -82,9 +86,8 @@ def main(argv=None) -> None:
 
     rng = np.random.default_rng(args.seed)
     history = world_model.history
-    position, terminal = np.asarray(real.position), np.asarray(real.terminal)
-    starts = np.asarray(dataset.episode_starts)
-    lengths = np.diff(np.append(starts, len(position)))
+    position = np.asarray(real.position)
+    lengths = dataset.episode_lengths()
     episode_length = np.repeat(lengths, lengths)
     ends_np = np.asarray(ends)
     # Replay starts: row s, then rows s+1 .. s+H act in the model from next_obs[s] and stay in s's episode.
@@ -95,7 +98,9 @@ def main(argv=None) -> None:
     batch = int(picked.shape[0])
     key = jax.random.PRNGKey(args.seed)
     cfg = part.rollout_config
-    members = jax.random.choice(key, jnp.asarray(world_model.elites, jnp.int32), (batch,))
+    members = None  # each step's own member, unless the agent fixes one per trajectory
+    if cfg.member_mode == "per_trajectory":
+        members = jax.random.choice(key, jnp.asarray(world_model.elites, jnp.int32), (batch,))
     carry = part._warm_up(world_model, real, picked, history, last=history)
     if carry is None:  # a Markov model: its own empty carry, as a rollout starts it
         carry = initial_model_carry(world_model, batch)
@@ -107,8 +112,7 @@ def main(argv=None) -> None:
         def step(state, inputs):
             obs, carry = state
             k, action = inputs
-            out = model_step(world_model, k, obs, action, members if cfg.member_mode == "per_trajectory" else None,
-                             carry, cfg)
+            out = model_step(world_model, k, obs, action, members, carry, cfg)
             return (out.next_obs, out.carry), (out.next_obs, out.uncertainty.astype(jnp.float32))
         keys = jax.random.split(key, args.horizon)
         _, (pred, u) = jax.lax.scan(step, (obs, carry), (keys, actions))
@@ -118,7 +122,7 @@ def main(argv=None) -> None:
     pred, u, truth_np = np.asarray(pred), np.asarray(u), np.asarray(truth)
     scale = np.asarray(dataset.transitions.obs).std(axis=0) + 1e-6
     error = np.sqrt((((pred - truth_np) / scale) ** 2).mean(axis=-1))  # (H, B), in the data's std units
-    steps = [k for k in STEPS if k <= args.horizon]
+    steps = report_steps(args.horizon)
     print(json.dumps({"case": "replay", "trajectories": batch, **cut_profile(u, thresholds, args.horizon),
                       "median_rms_error_std_units": {k: round(float(np.median(error[k - 1])), 4) for k in steps}}),
           flush=True)
@@ -127,8 +131,7 @@ def main(argv=None) -> None:
     actor = jax.tree.map(lambda x: x[0], trainer.agent.actor_params(state.agent))
     for name, deterministic in (("initial_policy_sampled", False), ("initial_policy_mean", True)):
         imagined = rollout(key, world_model, ExploringPolicy(trainer.agent, deterministic), actor, real.next_obs[picked],
-                           args.horizon, cfg, model_carry=carry, members=members if cfg.member_mode == "per_trajectory"
-                           else None)
+                           args.horizon, cfg, model_carry=carry, members=members)
         # Steps after a fall are not imagined: they cannot be cut.
         u_policy = np.where(np.asarray(imagined.valid), np.asarray(imagined.uncertainty), np.nan)
         done = np.asarray(imagined.stats.terminated)
