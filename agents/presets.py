@@ -63,7 +63,8 @@ TARGET_ENTROPY = {"simglucose": -5.0}
 # slows to 1.52 over the last 100 (each of the 18 train episodes alike), so an agent that sees x learns where along the
 # track to slow down. A preset hides it (`ignore_obs_dims`) where that was measured to raise the score. Measured
 # (docs/findings.md, "SafetyHalfCheetah"; 100 episodes a seed): TD3+BC 72.0 seeing x, 76.2 without (3 seeds each),
-# so its preset hides it; MOPO 72.3 seeing x (3 seeds), 72.7 without (6 seeds), BC 71.8 and 69.2, so theirs do not.
+# so its preset hides it; BC 71.8 and 69.2, so its preset does not. MOPO's hides it with its own measured settings
+# (`mbrl.agents.mopo.MEASURED`).
 POSITION_DIMS = {"safetyhalfcheetah": (0,)}
 
 
