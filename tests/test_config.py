@@ -207,6 +207,8 @@ def test_td3_bc_and_mopo_alone_ignore_safetyhalfcheetahs_absolute_position():
         assert config_io.build(algo, "neorl2:DMSD", "quick").ignore_obs_dims == (), algo
         assert config_io.build(algo, "neorl2:DMSD", "quick").ensemble.invariant_obs_dims == (), algo
     assert config_io.build("td3-bc", "neorl2:SafetyHalfCheetah", "quick", {"ignore_obs_dims": []}).ignore_obs_dims == ()
+    assert config_io.build("mopo", "neorl2:SafetyHalfCheetah", "quick").normalize_obs  # as its 75.7 was measured
+    assert not config_io.build("mopo", "neorl2:DMSD", "quick").normalize_obs
 
 
 # -------------------------------------------------------------------------------------------------
