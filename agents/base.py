@@ -191,6 +191,15 @@ def capability(agent: Any, name: str, what: str, where: str, algo: str) -> Any:
     return method
 
 
+def merge_sections(overrides: Mapping[str, Any], extra: Mapping[str, Any]) -> dict[str, Any]:
+    """`overrides` with `extra` on top, one section deep: a dict updates its section, any other value (a top-level
+    field such as `ignore_obs_dims`) replaces."""
+    out = dict(overrides)
+    for key, values in extra.items():
+        out[key] = {**out.get(key, {}), **values} if isinstance(values, dict) else values
+    return out
+
+
 def as_hypers(values: dict[str, dict[str, float]]) -> Hypers:
     """Plain numbers -> the float32 scalars a training state carries."""
     return {section: {name: jnp.asarray(v, jnp.float32) for name, v in fields.items()} for section, fields in values.items()}
@@ -336,10 +345,4 @@ class AlgorithmEntry:
     def preset(self, name: str, dataset: str | None = None) -> dict[str, Any]:
         """The nested overrides of preset `name` on `dataset` (a fresh copy); a per-dataset entry may set a top-level
         field (`ignore_obs_dims`) besides sections."""
-        out = copy.deepcopy(dict(self.presets[name]))
-        for key, values in self.per_dataset(dataset).items():
-            if isinstance(values, dict):
-                out.setdefault(key, {}).update(values)
-            else:
-                out[key] = values
-        return out
+        return merge_sections(copy.deepcopy(dict(self.presets[name])), self.per_dataset(dataset))

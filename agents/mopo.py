@@ -14,7 +14,7 @@ import dataclasses
 import jax
 import jax.numpy as jnp
 
-from mbrl.agents.base import IMAGINATION_FIELDS, AlgorithmEntry, traced
+from mbrl.agents.base import IMAGINATION_FIELDS, AlgorithmEntry, merge_sections, traced
 from mbrl.agents.presets import (ANCHOR_REAL_RATIO, FIT_QUICK, IMAGINATION_PAPER, IMAGINATION_QUICK, POSITION_DIMS,
                                  imagination_per_dataset, with_sac_per_dataset, without_anchor)
 from mbrl.agents.sac_n import SACNAgent, SACNConfig, real_rows, sac_rules
@@ -136,8 +136,7 @@ def per_dataset(dataset: str | None) -> dict:
     horizon, penalty = published.get(dataset or "", DEFAULT_HORIZON_PENALTY)
     horizon = MEAN_STEP_HORIZON.get(dataset or "", horizon)
     out = {"imagination": {"horizon": horizon, **imagination_per_dataset(dataset)}, "mopo": {"penalty_coef": penalty}}
-    for key, values in MEASURED.get(dataset or "", {}).items():
-        out[key] = {**out.get(key, {}), **values} if isinstance(values, dict) else values
+    out = merge_sections(out, MEASURED.get(dataset or "", {}))
     if dataset in HIDE_POSITION:
         out.update(ignore_obs_dims=POSITION_DIMS[dataset], ensemble={"invariant_obs_dims": POSITION_DIMS[dataset]})
     return with_sac_per_dataset(without_anchor(out) if dataset in WITHOUT_ANCHOR else out, dataset)

@@ -11,7 +11,7 @@ budget. What the presets score and how long they take: docs/results.md.
 
 from __future__ import annotations
 
-from mbrl.agents.base import PRESET_NAMES
+from mbrl.agents.base import PRESET_NAMES, merge_sections
 
 PRESETS: tuple[str, ...] = PRESET_NAMES
 
@@ -76,7 +76,7 @@ def sac_per_dataset(dataset: str | None) -> dict:
 def with_sac_per_dataset(overrides: dict, dataset: str | None) -> dict:
     """`overrides` with `sac_per_dataset(dataset)` added to its `sac` section (unchanged where that is empty)."""
     shared = sac_per_dataset(dataset)
-    return {**overrides, "sac": {**overrides.get("sac", {}), **shared}} if shared else overrides
+    return merge_sections(overrides, {"sac": shared}) if shared else overrides
 
 
 def imagination_per_dataset(dataset: str | None) -> dict:
@@ -87,5 +87,5 @@ def imagination_per_dataset(dataset: str | None) -> dict:
 def without_anchor(overrides: dict) -> dict:
     """`overrides` with the pure algorithm's values in place of the quick presets' anchor: no BC term, the papers'
     share of real data (for the datasets where a measurement found the pure one better)."""
-    return {**overrides, "sac": {**overrides.get("sac", {}), "actor_bc_coef": 0.0},
-            "imagination": {**overrides.get("imagination", {}), "real_ratio": IMAGINATION_PAPER["real_ratio"]}}
+    return merge_sections(overrides, {"sac": {"actor_bc_coef": 0.0},
+                                      "imagination": {"real_ratio": IMAGINATION_PAPER["real_ratio"]}})
