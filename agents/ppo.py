@@ -8,9 +8,10 @@ clipping at 1.0 and advantages normalised over the whole batch.
 
 Deliberate differences from rsl_rl:
 - The policy is a tanh-squashed Gaussian, a = tanh(u), u ~ N(mean(s), exp(log_std)): a world model is
-  stepped with the actions, so they must stay in [-1, 1]. The log-prob of a stored action inverts the tanh
-  (`tanh_gaussian_log_prob`); old and new log-probs use the same formula, so the ratio is consistent. The
-  entropy bonus and the KL of the adaptive schedule are the Gaussian's, in closed form (as rsl_rl's).
+  stepped with the actions, so they must stay in [-1, 1]. A stored action is scored by the Gaussian sample u it
+  came from (`explore` returns it, the rollout records it), not by inverting the tanh: float32 rounds tanh(u) to 1
+  from |u| = 9 on, and an inverted saturated action reads as u = 7.25 wherever the mean is. The entropy bonus and
+  the KL of the adaptive schedule are the Gaussian's, in closed form (as rsl_rl's).
 - GAE is computed per trajectory over the (H, B) rollout with its masks: a terminal stops the bootstrap, a
   timeout (or the end of the valid rows) bootstraps with V(next_obs) and cuts the recursion. rsl_rl instead
   folds gamma * V(obs) into the reward at a timeout.
@@ -21,7 +22,7 @@ Deliberate differences from rsl_rl:
   The critic reads the normalised observations too. Normalised observations are not clipped.
 
 One iteration, as the training program drives it (`mbrl.imagination.OnPolicyImagination`):
-    _, batch, m = ppo.prepare(state, rollout.transitions, rollout.valid, hypers)   # (H, B) -> H*B rows
+    _, batch, m = ppo.prepare(state, rollout.transitions, rollout.valid, hypers, rollout.policy_carry)  # H*B rows
     state, m = ppo.update_many(state, ppo.minibatches(batch, key), key, hypers)   # K = epochs * minibatches
 The batch carries the updated normaliser, which `update_many` adopts.
 Everything is pure and static in its config, so `prepare` and `update_many` jit and vmap over a population.
@@ -41,7 +42,7 @@ from flax import struct
 
 from mbrl.agents.base import traced, traced_values
 from mbrl.agents.networks import gaussian_entropy, masked_mean
-from mbrl.core.tanh_gaussian import sample_tanh_gaussian, tanh_gaussian_log_prob, tanh_gaussian_mode
+from mbrl.core.tanh_gaussian import tanh_gaussian_log_prob, tanh_gaussian_log_prob_of_sample, tanh_gaussian_mode
 from mbrl.core.errors import ConfigError
 from mbrl.core.nn import ACTIVATIONS, MLP
 from mbrl.core.types import PolicyInput, Transitions
@@ -210,7 +211,7 @@ class PPOBatch:
     normalises it with the state's normaliser, the one `prepare` computed the old quantities with."""
 
     obs: jax.Array  # (N, obs_dim)
-    action: jax.Array  # (N, act_dim), in [-1, 1]
+    sample: jax.Array  # (N, act_dim), the Gaussian sample u of the action tanh(u)
     old_log_prob: jax.Array  # (N,)
     old_mean: jax.Array  # (N, act_dim), the Gaussian's mean before the tanh
     old_log_std: jax.Array  # (N, act_dim)
@@ -318,10 +319,18 @@ class PPO:
 
     def act(self, actor_params: PPOPolicy, carry, inputs: PolicyInput, key, deterministic: bool = False):
         """tanh(u), u ~ N(mean(s), exp(log_std)), in [-1, 1]; `deterministic`: tanh(mean(s))."""
-        mean = self.actor.apply(actor_params.actor, self._normalize(actor_params.obs_norm, inputs.obs))
         if deterministic:
-            return tanh_gaussian_mode(mean), carry
-        return sample_tanh_gaussian(mean, actor_params.log_std, key)[0], carry
+            return tanh_gaussian_mode(self._mean(actor_params, inputs.obs)), carry
+        return self.explore(actor_params, inputs, key)[0], carry
+
+    def explore(self, actor_params: PPOPolicy, inputs: PolicyInput, key):
+        """A sampled action a = tanh(u) and its Gaussian sample u, which `prepare` scores it by."""
+        mean = self._mean(actor_params, inputs.obs)
+        sample = mean + jnp.exp(actor_params.log_std) * jax.random.normal(key, mean.shape, mean.dtype)
+        return jnp.tanh(sample), sample
+
+    def _mean(self, actor_params: PPOPolicy, obs):
+        return self.actor.apply(actor_params.actor, self._normalize(actor_params.obs_norm, obs))
 
     def value(self, state: PPOState, obs) -> jax.Array:
         return self.critic.apply(state.critic, self._normalize(state.obs_norm, obs))[..., 0]
@@ -333,9 +342,10 @@ class PPO:
         """Whether `prepare` wants dataset rows (`demonstrations=`) for its behaviour-cloning phase."""
         return self.config.bc_init_iterations > 0 or self.config.bc_coef > 0
 
-    def prepare(self, state: PPOState, rollout: Transitions, valid, hypers: dict, demonstrations=None):
+    def prepare(self, state: PPOState, rollout: Transitions, valid, hypers: dict, samples, demonstrations=None):
         """rollout: time-major Transitions (H, B, ...) as mbrl.world_models.rollout returns them (reward already
-        penalised by the caller), valid (H, B) bool. 1) update the obs normaliser with the valid obs (if
+        penalised by the caller), valid (H, B) bool, samples (H, B, act_dim) the Gaussian samples u of the actions
+        (`explore`; the rollout's `policy_carry`). 1) update the obs normaliser with the valid obs (if
         normalize_obs); 2) with the updated normaliser compute old mean/log_std/log_prob of the stored
         actions and V(obs), V(next_obs); 3) GAE over time, per trajectory (`gae`); invalid rows get A = 0
         and weight 0; returns = A + V(obs); 4) normalise advantages over valid rows; 5) flatten to H*B rows.
@@ -362,13 +372,13 @@ class PPO:
         # networks scaled by 1 / eps, and its weight-0 loss terms would overflow to NaN all the same.
         obs = jnp.where(keep, raw_obs, obs_norm.mean)
         next_obs = jnp.where(keep, flat(rollout.next_obs), obs)
-        action = jnp.where(keep, flat(rollout.action), 0.0)
+        sample = jnp.where(keep, flat(samples), 0.0)
         reward = jnp.where(valid, rollout.reward, 0.0)
 
         norm_obs = self._normalize(obs_norm, obs)
         mean = self.actor.apply(state.actor, norm_obs)
         log_std = jnp.broadcast_to(state.log_std, mean.shape)
-        old_log_prob = tanh_gaussian_log_prob(mean, log_std, action)
+        old_log_prob = tanh_gaussian_log_prob_of_sample(mean, log_std, sample)
         values = self.critic.apply(state.critic, jnp.concatenate([norm_obs, self._normalize(obs_norm, next_obs)]))[..., 0]
         value, next_value = values[:rows].reshape(shape), values[rows:].reshape(shape)
 
@@ -381,7 +391,7 @@ class PPO:
         adv_var = jnp.sum(weight * (advantage - adv_mean) ** 2) / jnp.maximum(count - 1.0, 1.0)
         advantage = jnp.where(weight > 0, (advantage - adv_mean) / (jnp.sqrt(adv_var) + ADVANTAGE_EPS), 0.0)
 
-        batch = PPOBatch(obs=obs, action=action, old_log_prob=old_log_prob, old_mean=mean, old_log_std=log_std,
+        batch = PPOBatch(obs=obs, sample=sample, old_log_prob=old_log_prob, old_mean=mean, old_log_std=log_std,
                          old_value=jnp.where(weight > 0, value, 0.0), advantage=advantage, returns=returns,
                          weight=weight, obs_norm=obs_norm)
         if self.demonstrations:
@@ -416,9 +426,9 @@ class PPO:
         clip, weight = hp["clip"], rows.weight
         mean = self.actor.apply(params["actor"], obs)
         log_std = jnp.broadcast_to(params["log_std"], mean.shape)
-        log_prob = tanh_gaussian_log_prob(mean, log_std, rows.action)
-        # Bounded before exp: a saturated tanh action's log-prob moves fast with the mean, and a ratio past float32's
-        # range (e^89) makes the surrogate's gradient NaN; rows that far out of the trust region carry no gradient.
+        log_prob = tanh_gaussian_log_prob_of_sample(mean, log_std, rows.sample)
+        # Bounded before exp: a ratio past float32's range (e^89) makes the surrogate's gradient NaN; rows that far
+        # out of the trust region carry no gradient.
         ratio = jnp.exp(jnp.clip(log_prob - rows.old_log_prob, -LOG_RATIO_BOUND, LOG_RATIO_BOUND))
         surrogate = jnp.maximum(-rows.advantage * ratio, -rows.advantage * jnp.clip(ratio, 1.0 - clip, 1.0 + clip))
         surrogate_loss = masked_mean(surrogate, weight)

@@ -48,7 +48,8 @@ from mbrl.core.replay import ReplayBuffer
 from mbrl.core.sequence_replay import Tape
 from mbrl.core.types import PolicyInput, Transitions
 from mbrl.world_models.model import WorldModel
-from mbrl.world_models.rollout import RolloutConfig, dataset_uncertainty, model_step, rollout, rollout_chunked, warm_up
+from mbrl.world_models.rollout import (RecurrentStart, RolloutConfig, dataset_uncertainty, model_step, rollout,
+                                       rollout_chunked, warm_up)
 
 # Rollouts of many start states step in slices of this many trajectories, so that one slice's ensemble
 # activations stay in the CPU's cache.
@@ -67,6 +68,26 @@ class ExploringPolicy:
 
     def __call__(self, actor_params, carry, inputs: PolicyInput, key):
         return self.agent.act(actor_params, carry, inputs, key, self.deterministic)
+
+
+@dataclasses.dataclass(frozen=True)
+class SampleRecordingPolicy:
+    """An on-policy learner's sampling policy as a PolicyFn whose carry is what its `explore` returns beside the
+    action; `on_policy_rollout` records it, so the learner scores each action by the sample it came from."""
+
+    agent: Any
+
+    def __call__(self, actor_params, carry, inputs: PolicyInput, key):
+        return self.agent.explore(actor_params, inputs, key)
+
+
+def on_policy_rollout(key, world_model, agent, actor_params, start_obs, horizon: int, cfg: RolloutConfig, **kwargs):
+    """`rollout` of an on-policy learner's sampling policy, its samples in `policy_carry` (H, B, act_dim)."""
+    batch, act_dim = start_obs.shape[0], agent.act_dim
+    start = RecurrentStart(jnp.zeros((batch, act_dim), jnp.float32), jnp.zeros((batch, act_dim), jnp.float32),
+                           jnp.zeros(batch, jnp.float32), jnp.zeros(batch, bool))
+    return rollout(key, world_model, SampleRecordingPolicy(agent), actor_params, start_obs, horizon,
+                   dataclasses.replace(cfg, record_carry=True), start=start, **kwargs)
 
 
 def _mean_where(values, mask):
@@ -479,16 +500,17 @@ class OnPolicyImagination:
         picked = ends[jax.random.randint(pick_key, (self.envs,), 0, ends.shape[0])]
         carry = self._warm_up(world_model, real, picked, history, last=history)
         threshold = quantile_of_sorted(sorted_u, self.agent.uncertainty_quantile(hypers))
-        imagined = rollout(rollout_key, world_model, ExploringPolicy(self.agent), self.agent.actor_params(agent_state),
-                           real.next_obs[picked], self.horizon, self.rollout_config, model_carry=carry,
-                           threshold=threshold)
+        imagined = on_policy_rollout(rollout_key, world_model, self.agent, self.agent.actor_params(agent_state),
+                                     real.next_obs[picked], self.horizon, self.rollout_config, model_carry=carry,
+                                     threshold=threshold)
         rows = imagined.transitions.replace(
             reward=self.agent.model_reward(hypers, imagined.raw_reward, imagined.uncertainty))
         demonstrations = None
         if getattr(self.agent, "demonstrations", False):  # dataset rows for a behaviour-cloning phase
             index = jax.random.randint(jax.random.fold_in(key, 1), (imagined.valid.size,), 0, real.obs.shape[0])
             demonstrations = (real.obs[index], real.action[index])
-        _, batch, metrics = self.agent.prepare(agent_state, rows, imagined.valid, hypers, demonstrations=demonstrations)
+        _, batch, metrics = self.agent.prepare(agent_state, rows, imagined.valid, hypers, imagined.policy_carry,
+                                               demonstrations=demonstrations)
         stats = imagined.stats
         metrics = {**metrics,
                    "imagined_length_mean": stats.mean_length,

@@ -23,9 +23,10 @@ from mbrl.agents.ppo import (
     gae,
 )
 from mbrl.core.tanh_gaussian import tanh_gaussian_log_prob
+from mbrl.core.types import PolicyInput
 from mbrl.core.errors import ConfigError
 from mbrl.core.types import Transitions
-from mbrl.imagination import ExploringPolicy
+from mbrl.imagination import ExploringPolicy, on_policy_rollout
 from mbrl.world_models.base import MarkovModel, StepOutput
 from mbrl.world_models.rollout import RolloutConfig, rollout
 
@@ -70,8 +71,8 @@ def setup():
         return rollout(key, model, policy, agent.actor_params(state), starts, HORIZON, RolloutConfig())
 
     def collect(key, state):
-        imagined = imagine(key, state, False)
-        return imagined.transitions, imagined.valid
+        imagined = on_policy_rollout(key, model, agent, agent.actor_params(state), starts, HORIZON, RolloutConfig())
+        return imagined.transitions, imagined.valid, imagined.policy_carry
 
     hypers = jax.tree.map(lambda x: jnp.stack([x] * POPULATION), agent.hypers())
     return dict(
@@ -103,8 +104,8 @@ def trained(setup):
     before = np.asarray(s["evaluate"](_keys(7), states))
     first = None
     for i in range(ITERATIONS):
-        rows, valid = s["collect"](_keys(100 + i), states)
-        states, batch, prep_metrics = s["prepare"](states, rows, valid, hypers)
+        rows, valid, samples = s["collect"](_keys(100 + i), states)
+        states, batch, prep_metrics = s["prepare"](states, rows, valid, hypers, samples)
         states, metrics = s["update_many"](states, s["minibatches"](batch, _keys(200 + i)), _keys(300 + i), hypers)
         first = (batch, prep_metrics) if first is None else first
     after = np.asarray(s["evaluate"](_keys(7), states))
@@ -191,11 +192,11 @@ def test_prepare_masks_padding_and_normalises_over_valid_rows(setup):
     obs = (rng.normal(size=shape + (OBS,)) * 3.0 + 1.0).astype(np.float32)
     next_obs = obs + 0.1
     obs[~valid], next_obs[~valid] = np.nan, np.inf  # what a cut step may leave in the padding
-    rows = Transitions(obs=obs, action=np.tanh(rng.normal(size=shape + (ACT,))).astype(np.float32),
-                       reward=np.where(valid, rng.normal(size=shape), np.nan).astype(np.float32),
+    samples = rng.normal(size=shape + (ACT,)).astype(np.float32)
+    rows = Transitions(obs=obs, action=np.tanh(samples), reward=np.where(valid, rng.normal(size=shape), np.nan).astype(np.float32),
                        next_obs=next_obs, terminal=last & ends_terminal, timeout=last & ~ends_terminal)
     rows = jax.tree.map(jnp.asarray, rows)
-    states, batch, metrics = s["prepare"](s["states"], rows, jnp.asarray(valid), s["hypers"])
+    states, batch, metrics = s["prepare"](s["states"], rows, jnp.asarray(valid), s["hypers"], jnp.asarray(samples))
     for leaf in jax.tree.leaves((states.obs_norm, batch, metrics)):
         assert np.all(np.isfinite(leaf))
     gamma, lam = agent.config.gamma, agent.config.lam
@@ -231,10 +232,11 @@ def test_padding_stays_harmless_beside_a_constant_observation(setup):
     valid[:, 0, rng.choice(ENVS, 40, replace=False)] = True  # as few as in the imagined Simglucose batches
     obs = np.stack([rng.normal(size=shape), np.full(shape, 339.0)], axis=-1).astype(np.float32)
     obs[~valid] = np.nan
-    rows = Transitions(obs=obs, action=np.tanh(rng.normal(size=shape + (ACT,))).astype(np.float32),
-                       reward=np.where(valid, rng.normal(size=shape), np.nan).astype(np.float32),
+    samples = rng.normal(size=shape + (ACT,)).astype(np.float32)
+    rows = Transitions(obs=obs, action=np.tanh(samples), reward=np.where(valid, rng.normal(size=shape), np.nan).astype(np.float32),
                        next_obs=obs + 0.1, terminal=np.zeros(shape, bool), timeout=valid.copy())
-    states, batch, _ = s["prepare"](s["states"], jax.tree.map(jnp.asarray, rows), jnp.asarray(valid), s["hypers"])
+    states, batch, _ = s["prepare"](s["states"], jax.tree.map(jnp.asarray, rows), jnp.asarray(valid), s["hypers"],
+                                    jnp.asarray(samples))
     # The constant dimension's variance is 0 (rsl_rl's merge, computed as written, left up to ±2e-3 here: its
     # square root was NaN on Simglucose).
     np.testing.assert_allclose(states.obs_norm.var[:, 1], 0.0, atol=1e-6)
@@ -275,8 +277,8 @@ def test_adaptive_learning_rate_follows_the_kl(setup, trained):
 
 
 def test_a_huge_probability_ratio_leaves_the_update_finite(setup, trained):
-    """Stored actions that the policy now finds e^200 times likelier than it did (saturated tanh actions after
-    the mean moved far) overflow exp in float32; the update must stay finite and move nothing to NaN."""
+    """Stored actions that the policy now finds e^200 times likelier than it did overflow exp in float32; the update
+    must stay finite and move nothing to NaN."""
     s = setup
     batch, _ = trained["first"]
     states = trained["states"]
@@ -317,6 +319,64 @@ def test_log_prob_of_saturated_actions_is_finite_and_matches_sampling():
     logp, grad, recomputed, sampled = check(mean)
     assert np.isfinite(logp) and np.all(np.isfinite(grad))
     np.testing.assert_allclose(recomputed, sampled, rtol=1e-4, atol=1e-3)
+
+
+SATURATED_MEAN = (28.0, -0.5)  # the pre-tanh mean of dimension 0 sits far past tanh's float32 range
+
+
+def _np_tanh_gaussian_log_prob(mean, log_std, sample):
+    """log N(u; mean, exp(log_std)) - log(1 - tanh(u)^2), summed over the last axis, in float64."""
+    u, mean, log_std = (np.asarray(x, np.float64) for x in (sample, mean, log_std))
+    gaussian = -0.5 * ((u - mean) / np.exp(log_std)) ** 2 - log_std - 0.5 * np.log(2 * np.pi)
+    log_det = 2.0 * (np.log(2.0) - np.abs(u) - np.log1p(np.exp(-2.0 * np.abs(u))))
+    return np.sum(gaussian - log_det, axis=-1)
+
+
+def test_a_saturated_action_is_scored_by_the_sample_it_came_from(setup):
+    """MOPO-PPO's blow-up on DMSD: the actor's pre-tanh mean had run to 28, where every sampled action is 1 in float32
+    and an inverted action reads as u = 7.25, 17 standard deviations below the mean: a row with a negative advantage
+    pushed the mean further out, and the ratios reached e^300. Scored by its sample, a row's old log-prob is the
+    closed form at u, and the surrogate's gradient moves the mean towards a positive-advantage sample above it."""
+    s, agent = setup, setup["agent"]
+    states = s["states"].replace(actor=jax.tree_util.tree_map_with_path(
+        lambda path, x: _constant_mean_leaf(path, x), s["states"].actor))
+    rng = np.random.default_rng(8)
+    shape = (POPULATION, HORIZON, ENVS)
+    std = np.exp(np.asarray(states.log_std[0]))
+    samples = (np.asarray(SATURATED_MEAN) + std * rng.normal(size=shape + (ACT,))).astype(np.float32)
+    assert np.mean(np.tanh(samples[..., 0]) == 1.0) > 0.99  # what the tanh leaves of them
+    obs = rng.normal(size=shape + (OBS,)).astype(np.float32)
+    valid = np.ones(shape, bool)
+    rows = Transitions(obs=obs, action=np.tanh(samples), reward=rng.normal(size=shape).astype(np.float32),
+                       next_obs=obs + 0.1, terminal=np.zeros(shape, bool), timeout=np.zeros(shape, bool))
+    _, batch, _ = s["prepare"](states, jax.tree.map(jnp.asarray, rows), jnp.asarray(valid), s["hypers"],
+                               jnp.asarray(samples))
+    expected = _np_tanh_gaussian_log_prob(SATURATED_MEAN, np.asarray(states.log_std)[:, None],
+                                          samples.reshape(POPULATION, -1, ACT))
+    np.testing.assert_allclose(batch.old_log_prob, expected, rtol=1e-5)
+
+    # One valid row, advantage +1, sample 0.5 above the mean in dimension 0 (the policy unchanged: ratio 1).
+    state = jax.tree.map(lambda x: x[0], states)
+    one = jax.tree.map(lambda x: x[0, :2], batch.replace(obs_norm=None))
+    one = one.replace(sample=one.sample.at[0, 0].set(SATURATED_MEAN[0] + 0.5), advantage=jnp.asarray([1.0, 0.0]),
+                      weight=jnp.asarray([1.0, 0.0]))
+    one = one.replace(old_log_prob=jnp.asarray(_np_tanh_gaussian_log_prob(SATURATED_MEAN, state.log_std, one.sample),
+                                               jnp.float32))
+    params = {"actor": state.actor, "critic": state.critic, "log_std": state.log_std}
+    grads = jax.grad(lambda p: agent.loss(p, one.obs, one, agent.hypers()["ppo"])[0])(params)
+    bias_grad = grads["actor"]["params"]["Dense_2"]["bias"]
+    # d(-A log pi)/d mean_0 = -A (u - mean) / sigma^2: the step raises the mean towards the sample.
+    np.testing.assert_allclose(bias_grad[0], -0.5 / std[0] ** 2, rtol=1e-4)
+
+
+def _constant_mean_leaf(path, leaf):
+    """The actor's output layer (Dense_2) set to give SATURATED_MEAN at every observation."""
+    names = [getattr(p, "key", None) for p in path]
+    if "Dense_2" not in names:
+        return leaf
+    if names[-1] == "kernel":
+        return jnp.zeros_like(leaf)
+    return jnp.broadcast_to(jnp.asarray(SATURATED_MEAN, leaf.dtype), leaf.shape)
 
 
 def test_normalizer_matches_the_union_of_weighted_rows():
@@ -370,11 +430,11 @@ def test_bc_init_fits_the_dataset_policy_then_hands_over_to_ppo(setup):
     @jax.jit
     def iteration(state, key):
         rollout_key, demo_key, noise_key, batch_key = jax.random.split(key, 4)
-        imagined = rollout(rollout_key, model, ExploringPolicy(agent), agent.actor_params(state), starts, HORIZON,
-                           RolloutConfig())
+        imagined = on_policy_rollout(rollout_key, model, agent, agent.actor_params(state), starts, HORIZON,
+                                     RolloutConfig())
         demo_obs = jax.random.uniform(demo_key, (rows, OBS), minval=-1.0, maxval=1.0)
         demo_action = jnp.tanh(_demo_mean(demo_obs) + DEMO_STD * jax.random.normal(noise_key, (rows, ACT)))
-        _, batch, _ = agent.prepare(state, imagined.transitions, imagined.valid, hypers,
+        _, batch, _ = agent.prepare(state, imagined.transitions, imagined.valid, hypers, imagined.policy_carry,
                                     demonstrations=(demo_obs, demo_action))
         return agent.update_many(state, agent.minibatches(batch, batch_key), None, hypers)
 
@@ -420,7 +480,7 @@ def test_bc_init_needs_the_dataset_rows(setup):
     state = jax.tree.map(lambda x: x[0], setup["states"])
     rows = Transitions(*(jnp.zeros((HORIZON, ENVS) + shape) for shape in ((OBS,), (ACT,), (), (OBS,), (), ())))
     with pytest.raises(ConfigError, match="bc_init_iterations"):
-        agent.prepare(state, rows, jnp.ones((HORIZON, ENVS), bool), agent.hypers())
+        agent.prepare(state, rows, jnp.ones((HORIZON, ENVS), bool), agent.hypers(), jnp.zeros((HORIZON, ENVS, ACT)))
 
 
 def test_minibatches_must_divide_the_rows():

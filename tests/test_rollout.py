@@ -3,6 +3,8 @@ are exact functions, compared with plain Python loops that apply the documented 
 
 from __future__ import annotations
 
+import dataclasses
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -143,7 +145,8 @@ def _python_rollout(system, params, obs0, h0, member, horizon, threshold, max_le
         reward = obs[0] + 0.1 * action.sum()
         terminal = abs(next_obs[0]) > TERMINAL_BOUND
         rows.append(
-            dict(obs=obs, action=action, reward=reward - lam * u, raw=reward, next_obs=next_obs, terminal=terminal, u=u)
+            dict(obs=obs, action=action, reward=reward - lam * u, raw=reward, next_obs=next_obs, terminal=terminal, u=u,
+                 carry=h_new)
         )
         if terminal:
             break
@@ -350,6 +353,24 @@ def test_chunked_rollout_inserts_the_same_transitions_as_one_rollout(system, sta
     for x, y in zip(jax.tree.leaves(chunked.data), jax.tree.leaves(whole.data), strict=True):
         np.testing.assert_allclose(x, y, rtol=1e-6, atol=1e-6)
     np.testing.assert_array_equal(stats.lengths, out.stats.lengths)
+
+
+def test_record_carry_keeps_the_policys_carry_of_every_step(system, start_obs, exact_run):
+    """`record_carry`: the carry each step's policy call returned (the recurrent policy's new hidden state), against
+    the float64 loop; the transitions are those of the rollout without it."""
+    out, params, h0, members, max_length = exact_run
+    batch = start_obs.shape[0]
+    start = RecurrentStart(h0, jnp.zeros((batch, ACT)), jnp.zeros(batch), jnp.zeros(batch, bool))
+    recorded = rollout(jax.random.PRNGKey(0), system, recurrent_policy, params, start_obs, HORIZON,
+                       dataclasses.replace(EXACT, record_carry=True), start=start, members=members,
+                       max_length=max_length, threshold=4.0)
+    assert out.policy_carry is None and recorded.policy_carry.shape == (HORIZON, batch, HIDDEN)
+    np.testing.assert_array_equal(recorded.valid, out.valid)
+    for b in range(batch):
+        rows = _python_rollout(system, params, start_obs[b], h0[b], int(members[b]), HORIZON, 4.0, int(max_length[b]),
+                               0.0)
+        for t, row in enumerate(rows):
+            np.testing.assert_allclose(recorded.policy_carry[t, b], row["carry"], atol=1e-5)
 
 
 def test_batch_slices_and_stats_outputs_keep_the_rollout(system, start_obs, exact_run):

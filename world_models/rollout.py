@@ -62,6 +62,8 @@ class RolloutConfig:
         uncertainties (for diagnostics of long rollouts without their memory).
     batch_chunk: evaluate each step on slices of this many trajectories (B must be a multiple):
         keeps the ensemble's activations in cache on CPUs; None evaluates the batch at once.
+    record_carry: also record the carry each step's policy call returned (`ImaginedBatch.policy_carry`), with the
+        transitions: what a policy keeps of its own action (PPO's Gaussian sample before the tanh).
     """
 
     member_mode: str = "per_sample"
@@ -71,6 +73,7 @@ class RolloutConfig:
     deterministic: bool = False
     outputs: str = "transitions"
     batch_chunk: int | None = None
+    record_carry: bool = False
 
     def __post_init__(self):
         for name, allowed in (("member_mode", MEMBER_MODES), ("member_pool", MEMBER_POOLS), ("outputs", OUTPUTS)):
@@ -164,6 +167,7 @@ class ImaginedBatch:
     valid: jax.Array  # (H, B) bool
     stats: RolloutStats
     final: RolloutState
+    policy_carry: Any = None  # (H, B, ...) the policy's carry after each step, where cfg.record_carry
 
     def flat(self) -> tuple[Transitions, jax.Array]:
         """Transitions and validity as (H*B, ...) rows, time-major: what a replay buffer inserts."""
@@ -183,6 +187,7 @@ class _Step:
     action: Any = None
     reward: Any = None
     next_obs: Any = None
+    carry: Any = None
 
 
 def _where(mask, new, old):
@@ -220,6 +225,8 @@ def _one_step(world_model, policy_fn, policy_state, cfg, horizon, state, members
     record = _Step(valid=valid, terminal=terminal, raw_reward=raw_reward, uncertainty=u)
     if cfg.outputs == "transitions":
         record = record.replace(obs=state.obs, action=action, reward=raw_reward, next_obs=out.next_obs)
+        if cfg.record_carry:
+            record = record.replace(carry=carry)
     return new_state, record
 
 
@@ -338,7 +345,8 @@ def _assemble(records: _Step, state: RolloutState, next_valid: jax.Array, member
         cut_by_uncertainty=state.cut_by_uncertainty,
         members=jnp.full(state.length.shape, -1, jnp.int32) if members is None else members,
     )
-    return ImaginedBatch(transitions, records.raw_reward, records.uncertainty, records.valid, stats, state)
+    return ImaginedBatch(transitions, records.raw_reward, records.uncertainty, records.valid, stats, state,
+                         policy_carry=records.carry)
 
 
 def _action_dim(policy_fn, policy_state, start_obs, start):

@@ -6,6 +6,8 @@ pi(a|s) = tanh(u), u ~ N(mean(s), exp(log_std(s))), so a is in [-1, 1]:
   [LOG_STD_MIN, LOG_STD_MAX];
 - `sample_tanh_gaussian(mean, log_std, key)`: a reparameterised sample and its log-probability;
 - `tanh_gaussian_log_prob(mean, log_std, action)`: the log-probability of a given action;
+- `tanh_gaussian_log_prob_of_sample(mean, log_std, pre_tanh)`: the same for the action tanh(pre_tanh), from the
+  Gaussian sample it came from (exact where the action saturates);
 - `tanh_gaussian_mode(mean)`: the deterministic action.
 """
 
@@ -53,8 +55,15 @@ def tanh_log_det(pre_tanh):
 
 def tanh_gaussian_log_prob(mean, log_std, action):
     """log pi(a) of an action a in [-1, 1] under a = tanh(u), u ~ N(mean, exp(log_std)), summed over the
-    last axis. Saturated actions (|a| = 1) are clipped to 1 - 1e-6 first, so the result stays finite."""
+    last axis. Saturated actions (|a| = 1) are clipped to 1 - 1e-6 first, so the result stays finite: such an
+    action reads as u = atanh(1 - 1e-6) = 7.25, whatever u it came from."""
     pre_tanh = jnp.arctanh(jnp.clip(action, -1.0 + ACTION_EPS, 1.0 - ACTION_EPS))
+    return tanh_gaussian_log_prob_of_sample(mean, log_std, pre_tanh)
+
+
+def tanh_gaussian_log_prob_of_sample(mean, log_std, pre_tanh):
+    """log pi(a) of a = tanh(u) from its Gaussian sample u, summed over the last axis: exact for any u, where
+    float32's tanh rounds |a| to 1 from |u| = 9 on and the action alone no longer tells u."""
     z = (pre_tanh - mean) * jnp.exp(-log_std)
     gaussian_logp = jnp.sum(-0.5 * z**2 - log_std - 0.5 * jnp.log(2 * jnp.pi), axis=-1)
     return gaussian_logp - tanh_log_det(pre_tanh)
