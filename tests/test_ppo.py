@@ -23,7 +23,6 @@ from mbrl.agents.ppo import (
     gae,
 )
 from mbrl.core.tanh_gaussian import tanh_gaussian_log_prob
-from mbrl.core.types import PolicyInput
 from mbrl.core.errors import ConfigError
 from mbrl.core.types import Transitions
 from mbrl.imagination import ExploringPolicy, on_policy_rollout
@@ -335,7 +334,7 @@ def _np_tanh_gaussian_log_prob(mean, log_std, sample):
 def test_a_saturated_action_is_scored_by_the_sample_it_came_from(setup):
     """MOPO-PPO's blow-up on DMSD: the actor's pre-tanh mean had run to 28, where every sampled action is 1 in float32
     and an inverted action reads as u = 7.25, 17 standard deviations below the mean: a row with a negative advantage
-    pushed the mean further out, and the ratios reached e^300. Scored by its sample, a row's old log-prob is the
+    pushed the mean further out, and the log-ratios reached -384. Scored by its sample, a row's old log-prob is the
     closed form at u, and the surrogate's gradient moves the mean towards a positive-advantage sample above it."""
     s, agent = setup, setup["agent"]
     states = s["states"].replace(actor=jax.tree_util.tree_map_with_path(

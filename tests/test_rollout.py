@@ -366,6 +366,8 @@ def test_record_carry_keeps_the_policys_carry_of_every_step(system, start_obs, e
                        max_length=max_length, threshold=4.0)
     assert out.policy_carry is None and recorded.policy_carry.shape == (HORIZON, batch, HIDDEN)
     np.testing.assert_array_equal(recorded.valid, out.valid)
+    for name in ("obs", "action", "next_obs"):
+        np.testing.assert_array_equal(getattr(recorded.transitions, name), getattr(out.transitions, name))
     for b in range(batch):
         rows = _python_rollout(system, params, start_obs[b], h0[b], int(members[b]), HORIZON, 4.0, int(max_length[b]),
                                0.0)
