@@ -464,17 +464,25 @@ class PPO:
         }
         return loss, metrics
 
-    def update(self, state: PPOState, rows: PPOBatch, hypers: dict) -> tuple[PPOState, dict]:
-        """One minibatch step: the KL at the current parameters adapts the learning rate (rsl_rl: before
-        the step), then one clipped Adam step with it."""
-        hp = hypers["ppo"]
+    def gradients(self, state: PPOState, rows: PPOBatch, hypers: dict):
+        """The loss's metrics and its gradients for {"actor", "critic", "log_std"} on a minibatch, and whether the
+        step is in the cloning phase (None without demonstrations)."""
         params = {"actor": state.actor, "critic": state.critic, "log_std": state.log_std}
         obs = self._normalize(state.obs_norm, rows.obs)
         demo_obs = cloning = None
         if self.demonstrations:
             demo_obs = self._normalize(state.obs_norm, rows.demo_obs)
             cloning = state.steps < self.config.bc_init_iterations * self.updates_per_iteration
-        (_, metrics), grads = jax.value_and_grad(self.loss, has_aux=True)(params, obs, rows, hp, demo_obs, cloning)
+        (_, metrics), grads = jax.value_and_grad(self.loss, has_aux=True)(params, obs, rows, hypers["ppo"], demo_obs,
+                                                                           cloning)
+        return metrics, grads, cloning
+
+    def update(self, state: PPOState, rows: PPOBatch, hypers: dict) -> tuple[PPOState, dict]:
+        """One minibatch step: the KL at the current parameters adapts the learning rate (rsl_rl: before
+        the step), then one clipped Adam step with it."""
+        hp = hypers["ppo"]
+        params = {"actor": state.actor, "critic": state.critic, "log_std": state.log_std}
+        metrics, grads, cloning = self.gradients(state, rows, hypers)
         learning_rate = state.learning_rate
         if self.config.schedule == "adaptive":
             adapted = adapt_learning_rate(learning_rate, metrics["kl"], hp["desired_kl"])

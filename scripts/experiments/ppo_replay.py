@@ -75,15 +75,9 @@ def main(argv=None) -> None:
     @jax.jit
     def step(agent_state, index):
         chosen = jax.tree.map(lambda x: x[index], rows)
-        params = {"actor": agent_state.actor, "critic": agent_state.critic, "log_std": agent_state.log_std}
-        obs = agent._normalize(agent_state.obs_norm, chosen.obs)
-        demo_obs = cloning = None
-        if agent.demonstrations:
-            demo_obs = agent._normalize(agent_state.obs_norm, chosen.demo_obs)
-            cloning = agent_state.steps < agent.config.bc_init_iterations * agent.updates_per_iteration
-        grads = jax.grad(lambda p: agent.loss(p, obs, chosen, hypers["ppo"], demo_obs, cloning)[0])(params)
+        _, grads, _ = agent.gradients(agent_state, chosen, hypers)
         new, step_metrics = agent.update(agent_state, chosen, hypers)
-        mean = agent.actor.apply(new.actor, agent._normalize(new.obs_norm, rows.obs))
+        mean = agent._mean(agent.actor_params(new), rows.obs)
         log_ratio = tanh_gaussian_log_prob_of_sample(mean, jnp.broadcast_to(new.log_std, mean.shape),
                                                      rows.sample) - rows.old_log_prob
         log_ratio = jnp.where(valid, log_ratio, 0.0)
