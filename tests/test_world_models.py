@@ -180,7 +180,7 @@ def test_early_stopping_keeps_each_members_best_weights(data):
         real_holdout.terminal,
         real_holdout.timeout,
     )
-    params, input_norm, target_norm, elites, best_mse, history, reason = fit_ensemble(
+    params, input_norm, target_norm, elites, best_mse, history, reason, _ = fit_ensemble(
         train, flipped, obs_dim=OBS_DIM, config=CONFIG, fit_config=FIT
     )
     assert reason == "early_stopping"
@@ -562,3 +562,57 @@ def test_an_invariant_dimension_never_reaches_the_members_and_survives_a_save(tm
         fit_world_model(data, config=dataclasses.replace(config, invariant_obs_dims=(4,)), fit_config=fit, progress=False)
     with pytest.raises(ConfigError, match=r"ensemble\.invariant_obs_dims: expected distinct observation indices"):
         EnsembleConfig(invariant_obs_dims=(1, 1))
+
+
+RESUMABLE_FITS = {
+    "mlp": ["--ensemble.num-members", "3", "--ensemble.num-elites", "2", "--ensemble.hidden-dims", "16",
+            "--fit.max-epochs", "200", "--fit.patience", "200"],
+    "rwm": ["--model", "rwm", "--rwm.num-heads", "2", "--rwm.gru-hidden", "8", "--rwm.head-hidden", "8",
+            "--rwm.history", "3", "--rwm.forecast", "3", "--rwm-fit.batch-size", "16", "--rwm-fit.steps-per-epoch", "4",
+            "--rwm-fit.max-epochs", "200", "--rwm-fit.patience", "200"],
+}
+
+
+@pytest.mark.parametrize("kind", sorted(RESUMABLE_FITS))
+def test_a_fit_stopped_by_sigterm_resumes_to_the_uninterrupted_model(kind, tmp_path, capsys):
+    """`mbrl model fit` in a second process, SIGTERM once it has saved a checkpoint: it saves again after the running
+    epoch and exits 143; `--resume` then ends with the very weights and holdout errors of a fit never stopped."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from mbrl.world_models.recurrent import load_model
+
+    options = ["--dataset", str(SAMPLE_PATH), *RESUMABLE_FITS[kind]]
+    stopped = tmp_path / "stopped"
+    process = subprocess.Popen([sys.executable, "-m", "mbrl.cli", "model", "fit", *options, "--out", str(stopped),
+                                "--checkpoint-seconds", "0"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 300
+    while not any(p.name.isdigit() for p in (stopped / "fit-checkpoint").glob("*")):
+        assert process.poll() is None and time.monotonic() < deadline, process.communicate()
+        time.sleep(0.05)
+    process.send_signal(signal.SIGTERM)
+    _, err = process.communicate(timeout=300)
+    assert process.returncode == 128 + signal.SIGTERM, err
+    assert err.strip().splitlines()[-1].endswith(f"Continue with: mbrl model fit --resume {stopped}")
+    assert not (stopped / "model.json").exists()
+    capsys.readouterr()
+
+    # A new fit into it, or a resume that changes the options, is refused in one line.
+    assert main(["model", "fit", *options, "--out", str(stopped)]) == 2
+    assert "holds an interrupted fit" in capsys.readouterr().err
+    assert main(["model", "fit", "--resume", str(stopped), "--fit.max-epochs", "3"]) == 2
+    assert "drop --fit.max-epochs" in capsys.readouterr().err
+    assert main(["model", "fit", "--resume", str(tmp_path / "nothing")]) == 2
+    assert "no interrupted fit here" in capsys.readouterr().err
+
+    assert main(["model", "fit", "--resume", str(stopped), "--checkpoint-seconds", "1e9", "--no-progress"]) == 0
+    whole = tmp_path / "whole"
+    assert main(["model", "fit", *options, "--out", str(whole), "--checkpoint-seconds", "1e9", "--no-progress"]) == 0
+    assert sorted(p.name for p in stopped.iterdir()) == sorted(p.name for p in whole.iterdir())  # no checkpoint left
+    resumed, uninterrupted = load_model(stopped), load_model(whole)
+    assert resumed.info.epochs == uninterrupted.info.epochs == 200
+    assert resumed.info.holdout_mse == uninterrupted.info.holdout_mse
+    for a, b in zip(jax.tree.leaves(resumed.params), jax.tree.leaves(uninterrupted.params), strict=True):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))

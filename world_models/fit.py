@@ -311,10 +311,98 @@ def split_rows(n: int, episode_starts: np.ndarray | None, config: FitConfig, rng
     return np.sort(perm[holdout_size:]), np.sort(perm[:holdout_size]), eval_episodes
 
 
+class EpochLines:
+    """A fit's progress as one line an epoch on stderr, where rich would draw its bar only at the end (a log
+    file, a pipe): a long fit in the background shows how far it is."""
+
+    def __init__(self, console: Console):
+        self.console, self.epoch, self.total = console, 0, None
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+    def add_task(self, description, total=None, completed=0, **fields):
+        self.epoch, self.total = completed, total
+        return 0
+
+    def update(self, task, advance=1, status=""):
+        self.epoch += advance
+        of = f"/{self.total}" if self.total is not None else ""
+        self.console.print(f"fit epoch {self.epoch}{of}: {status}", highlight=False, soft_wrap=True)
+
+
 def fit_progress(enabled: bool, total: int | None):
+    console = Console(stderr=True)
+    if enabled and not console.is_terminal:
+        return EpochLines(console)
     columns = [TextColumn("[bold]fitting dynamics[/]"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn()]
     columns.append(TextColumn("{task.fields[status]}"))
-    return Progress(*columns, console=Console(stderr=True), disable=not enabled, transient=False)
+    return Progress(*columns, console=console, disable=not enabled, transient=False)
+
+
+@dataclasses.dataclass
+class FitControl:
+    """What a caller (`mbrl model fit`) lends a fit so that it can be stopped and continued.
+
+    checkpointer: saves `(epoch, state, record)` and restores the latest (`mbrl.checkpoint.Checkpointer`).
+    every_seconds: wall time between checkpoints.
+    resume: continue from the checkpointer's latest checkpoint instead of starting afresh.
+    stop: an object whose `signum` turns non-None on SIGINT/SIGTERM (`mbrl.trainer.StopSignal`): the fit saves a
+        checkpoint after the running epoch and raises `FitInterrupted`.
+    """
+
+    checkpointer: Any
+    every_seconds: float = 300.0
+    resume: bool = False
+    stop: Any = None
+
+
+class FitInterrupted(Exception):
+    """A fit stopped by a signal, after saving a checkpoint at `epoch`."""
+
+    def __init__(self, signum: int, epoch: int):
+        super().__init__(f"the fit was interrupted by signal {signum} after epoch {epoch}")
+        self.signum, self.epoch = signum, epoch
+
+
+def fit_epochs(advance, state, key, *, fit_config: FitConfigBase, describe, progress: bool,
+               control: FitControl | None = None):
+    """The epoch loop of every fit. `advance(state, key) -> (state, train_loss, mse, tracked)` runs one epoch
+    (`mse`: the holdout error per member or head, recorded; `tracked`: what early stopping watches) and
+    `describe(mse, stopping)` words it for the progress bar. Returns (state, history, stop_reason, seconds) once
+    `fit_config`'s stopping rule says so; with `control`, checkpoints on the way and continues from one."""
+    stopping = fit_config.early_stopping()
+    history, seconds_before = [], 0.0
+    if control is not None and control.resume:
+        restored, record = control.checkpointer.restore({"state": state, "key": key})
+        state, key = restored["state"], restored["key"]
+        history, seconds_before = list(record["history"]), float(record["seconds"])
+        stopping.restore(record["stopping"], seconds_before)
+    start = last_save = time.perf_counter()
+    with fit_progress(progress, fit_config.max_epochs) as bar:
+        task = bar.add_task("fit", total=fit_config.max_epochs, completed=len(history), status="compiling")
+        while True:
+            key, epoch_key = jax.random.split(key)
+            state, train_loss, mse, tracked = advance(state, epoch_key)
+            reason = stopping.update(tracked)
+            history.append({"epoch": len(history) + 1, "train_loss": float(train_loss), "holdout_mse": mse.tolist()})
+            bar.update(task, advance=1, status=describe(mse, stopping))
+            if reason is not None:
+                return state, history, reason, seconds_before + time.perf_counter() - start
+            if control is None:
+                continue
+            signum = None if control.stop is None else control.stop.signum
+            now = time.perf_counter()
+            if signum is not None or now - last_save >= control.every_seconds:
+                record = {"epoch": len(history), "history": history, "stopping": stopping.to_record(),
+                          "seconds": seconds_before + now - start}
+                control.checkpointer.save(len(history), {"state": state, "key": key}, record)
+                last_save = time.perf_counter()
+            if signum is not None:
+                raise FitInterrupted(signum, len(history))
 
 
 def fit_ensemble(
@@ -325,10 +413,11 @@ def fit_ensemble(
     config: EnsembleConfig = EnsembleConfig(),
     fit_config: FitConfig = FitConfig(),
     progress: bool = False,
+    control: FitControl | None = None,
 ):
-    """Fit on `train`, early-stop and choose elites on `holdout`.
+    """Fit on `train`, early-stop and choose elites on `holdout` (`control`: checkpoints, `fit_epochs`).
 
-    Returns (params, input_normalizer, target_normalizer, elites, best_mse, history, stop_reason).
+    Returns (params, input_normalizer, target_normalizer, elites, best_mse, history, stop_reason, seconds).
     """
     train_x, train_y = model_inputs(train), model_targets(train)
     input_norm, target_norm = make_normalizer(train_x), make_normalizer(train_y, CONSTANT_TARGET_STD)
@@ -364,32 +453,22 @@ def fit_ensemble(
         sampling=fit_config.sampling,
     )
 
-    stopping = fit_config.early_stopping()
-    history, stop_reason = [], "max_epochs"
-    with fit_progress(progress, fit_config.max_epochs) as bar:
-        task = bar.add_task("fit", total=fit_config.max_epochs, status="compiling")
-        epoch = 0
-        while True:
-            key, epoch_key = jax.random.split(key)
-            state, train_loss, mse = epoch_fn(state, data, epoch_key)
-            mse = np.asarray(mse, np.float64)
-            epoch += 1
-            reason = stopping.update(mse)
-            history.append({"epoch": epoch, "train_loss": float(train_loss), "holdout_mse": mse.tolist()})
-            elite_mse = np.sort(mse)[: config.num_elites].mean()
-            bar.update(
-                task,
-                advance=1,
-                status=f"holdout mse {elite_mse:.4g} (elites) · no gain for {stopping.since_improved}/{fit_config.patience}",
-            )
-            if not np.isfinite(mse).any():
-                raise DatasetError("the dynamics ensemble diverged (non-finite holdout loss); check the dataset's scale")
-            if reason is not None:
-                stop_reason = reason
-                break
+    def advance(state, epoch_key):
+        state, train_loss, mse = epoch_fn(state, data, epoch_key)
+        mse = np.asarray(mse, np.float64)
+        if not np.isfinite(mse).any():
+            raise DatasetError("the dynamics ensemble diverged (non-finite holdout loss); check the dataset's scale")
+        return state, train_loss, mse, mse
+
+    def describe(mse, stopping):
+        elite_mse = np.sort(mse)[: config.num_elites].mean()
+        return f"holdout mse {elite_mse:.4g} (elites) · no gain for {stopping.since_improved}/{fit_config.patience}"
+
+    state, history, stop_reason, seconds = fit_epochs(advance, state, key, fit_config=fit_config, describe=describe,
+                                                      progress=progress, control=control)
     best_mse = np.asarray(state.best_mse, np.float64)
     elites = np.sort(np.argsort(best_mse, kind="stable")[: config.num_elites]).astype(np.int32)
-    return state.best_params, input_norm, target_norm, elites, best_mse, history, stop_reason
+    return state.best_params, input_norm, target_norm, elites, best_mse, history, stop_reason, seconds
 
 
 def fit_world_model(
@@ -402,8 +481,10 @@ def fit_world_model(
     source: str | None = None,
     task: str | None = None,
     progress: bool = True,
+    control: FitControl | None = None,
 ) -> FitResult:
-    """Validate, split, fit and wrap the result in a `WorldModel` that records the split.
+    """Validate, split, fit and wrap the result in a `WorldModel` that records the split (`control`: checkpoints
+    and signals, `fit_epochs`).
 
     A dataset with held-out data (`OfflineDataset.heldout`, a NeoRL-2 `-val` file) is fitted on every row;
     the holdout and the eval episodes come from the held-out data instead."""
@@ -427,14 +508,14 @@ def fit_world_model(
     else:
         train_rows, holdout_rows, eval_episodes = split_rows(len(transitions), episode_starts, fit_config, rng)
         train, holdout = transitions.slice(train_rows), transitions.slice(holdout_rows)
-    start = time.perf_counter()
-    params, input_norm, target_norm, elites, best_mse, history, stop_reason = fit_ensemble(
+    params, input_norm, target_norm, elites, best_mse, history, stop_reason, seconds = fit_ensemble(
         train,
         holdout,
         obs_dim=transitions.obs_dim,
         config=config,
         fit_config=fit_config,
         progress=progress,
+        control=control,
     )
     info = ModelInfo(
         source=source,
@@ -445,7 +526,7 @@ def fit_world_model(
         holdout_from="heldout" if heldout is not None else "",
         holdout_mse=tuple(float(m) for m in best_mse),
         epochs=len(history),
-        fit_seconds=round(time.perf_counter() - start, 3),
+        fit_seconds=round(seconds, 3),
         stop_reason=stop_reason,
         seed=fit_config.seed,
     )

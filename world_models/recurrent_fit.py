@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import time
 from typing import ClassVar
 
 import jax
@@ -34,7 +33,8 @@ from flax import struct
 
 from mbrl.core.errors import ConfigError, DatasetError
 from mbrl.core.types import OfflineDataset, Transitions
-from mbrl.world_models.fit import CONSTANT_TARGET_STD, FitConfigBase, FitResult, check_finite, choose_eval_episodes, fit_progress, check_shapes, make_normalizer, model_inputs, model_targets
+from mbrl.world_models.fit import (CONSTANT_TARGET_STD, FitConfigBase, FitControl, FitResult, check_finite, check_shapes,
+                                   choose_eval_episodes, fit_epochs, make_normalizer, model_inputs, model_targets)
 from mbrl.world_models.model import ModelInfo
 from mbrl.world_models.recurrent import RecurrentConfig, RecurrentWorldModel, gru_read, gru_step, heads_apply, init_params
 
@@ -214,9 +214,11 @@ def fit_recurrent_model(
     source: str | None = None,
     task: str | None = None,
     progress: bool = True,
+    control: FitControl | None = None,
 ) -> FitResult:
     """Validate, split by episodes, fit, and wrap the best weights in a `RecurrentWorldModel` that records the
-    split (`source` / `task`: what to record instead of the dataset's own).
+    split (`source` / `task`: what to record instead of the dataset's own; `control`: checkpoints and signals,
+    `mbrl.world_models.fit.fit_epochs`).
 
     A dataset with held-out data (`OfflineDataset.heldout`, a NeoRL-2 `-val` file) is fitted on every episode;
     the holdout and the eval episodes come from the held-out data instead (their indices are its episodes)."""
@@ -274,38 +276,34 @@ def fit_recurrent_model(
     key, init_key = jax.random.split(key)
     params = init_params(init_key, config, transitions.obs_dim + transitions.act_dim, transitions.obs_dim + 1)
     opt_state = make_optimizer(fit_config).init(params)
-    best_params, best = jax.tree.map(jnp.copy, params), np.inf
-    history, stop_reason = [], "max_epochs"
-    start = time.perf_counter()
-    stopping = fit_config.early_stopping()
-    with fit_progress(progress, fit_config.max_epochs) as bar:
-        task = bar.add_task("fit", total=fit_config.max_epochs, status="compiling")
-        epoch = 0
-        while True:
-            key, epoch_key = jax.random.split(key)
-            params, opt_state, train_loss, mse = run_epoch(params, opt_state, device, norms, epoch_key, config=config,
-                                                           fit_config=fit_config)
-            mse = np.asarray(mse, np.float64)
-            mean_mse = float(mse.mean())
-            epoch += 1
-            if not np.isfinite(mean_mse):
-                raise DatasetError(f"{source}: RWM-U diverged (non-finite holdout forecast error); check the dataset's scale")
-            if mean_mse < best:
-                best, best_mse, best_params = mean_mse, mse, jax.tree.map(jnp.copy, params)
-            reason = stopping.update(mean_mse)
-            history.append({"epoch": epoch, "train_loss": float(train_loss), "holdout_mse": mse.tolist()})
-            bar.update(task, advance=1, status=f"holdout forecast mse {mean_mse:.4g} · no gain for "
-                                               f"{stopping.since_improved}/{fit_config.patience}")
-            if reason is not None:
-                stop_reason = reason
-                break
+    state = {"params": params, "opt_state": opt_state, "best_params": jax.tree.map(jnp.copy, params),
+             "best_mse": jnp.full((config.num_heads,), jnp.inf, jnp.float32)}
+
+    def advance(state, epoch_key):
+        params, opt_state, train_loss, mse = run_epoch(state["params"], state["opt_state"], device, norms, epoch_key,
+                                                       config=config, fit_config=fit_config)
+        mse = np.asarray(mse, np.float64)
+        mean_mse = float(mse.mean())
+        if not np.isfinite(mean_mse):
+            raise DatasetError(f"{source}: RWM-U diverged (non-finite holdout forecast error); check the dataset's scale")
+        best = {"best_params": state["best_params"], "best_mse": state["best_mse"]}
+        if mean_mse < float(np.mean(np.asarray(state["best_mse"], np.float64))):
+            best = {"best_params": jax.tree.map(jnp.copy, params), "best_mse": jnp.asarray(mse, jnp.float32)}
+        return {"params": params, "opt_state": opt_state, **best}, train_loss, mse, mean_mse
+
+    def describe(mse, stopping):
+        return f"holdout forecast mse {mse.mean():.4g} · no gain for {stopping.since_improved}/{fit_config.patience}"
+
+    state, history, stop_reason, seconds = fit_epochs(advance, state, key, fit_config=fit_config, describe=describe,
+                                                      progress=progress, control=control)
+    best_mse = np.asarray(state["best_mse"], np.float64)
     info = ModelInfo(
         source=source, task=task, num_transitions=n, holdout_from="heldout" if heldout is not None else "",
         eval_episodes=tuple(int(e) for e in eval_eps), holdout_episodes=tuple(int(e) for e in holdout_eps),
         holdout_mse=tuple(float(m) for m in best_mse), epochs=len(history),
-        fit_seconds=round(time.perf_counter() - start, 3), stop_reason=stop_reason, seed=fit_config.seed)
+        fit_seconds=round(seconds, 3), stop_reason=stop_reason, seed=fit_config.seed)
     model = RecurrentWorldModel(
-        params=best_params, input_norm=input_norm, target_norm=target_norm,
+        params=state["best_params"], input_norm=input_norm, target_norm=target_norm,
         elites=jnp.arange(config.num_heads, dtype=jnp.int32), config=config, obs_dim=transitions.obs_dim,
         act_dim=transitions.act_dim, info=info, termination_fn=termination_fn,
         reward_fn=reward_fn)

@@ -2,7 +2,9 @@
 
 `mbrl model fit` fits the MLP ensemble (`--model mlp`, the default) or RWM-U (`--model rwm`), with the same
 `--ensemble.*` / `--fit.*` or `--rwm.*` / `--rwm-fit.*` options as `mbrl train` (generated from the config
-classes by `mbrl.config`); absent ones keep those classes' defaults.
+classes by `mbrl.config`); absent ones keep those classes' defaults. A long fit saves a checkpoint in
+OUT/fit-checkpoint every `--checkpoint-seconds` and on Ctrl-C or SIGTERM; `mbrl model fit --resume OUT`
+continues it (the finished model replaces the checkpoint).
 
 Eval reports, on the data the model never trained on (recorded in the saved model), the measures of
 `mbrl.world_models.metrics`: per-member holdout MSE, 1σ/2σ calibration, and open-loop k-step error for
@@ -15,6 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import signal
 from pathlib import Path
 from typing import Annotated
 
@@ -25,6 +28,7 @@ from rich.table import Table
 
 from mbrl import config as config_io
 from mbrl.core.errors import UserError
+from mbrl.core.files import write_text_atomic
 from mbrl.datasets import load
 from mbrl.world_models.ensemble import EnsembleConfig
 from mbrl.world_models.fit import FitConfig, fit_world_model
@@ -50,8 +54,9 @@ FitArgs = config_io.options_class(
     "FitArgs",
     "Fit a world model on a dataset and save it.",
     [
-        ("dataset", Annotated[str, _arg("a .hdf5 (D4RL layout) or .npz (NeoRL layout) file, minari:DATASET_ID, "
-                                        "or a made dataset such as hopper-medium", "SOURCE")]),
+        ("dataset", Annotated[str | None, _arg("a .hdf5 (D4RL layout) or .npz (NeoRL layout) file, minari:DATASET_ID, "
+                                               "or a made dataset such as hopper-medium (required unless --resume)",
+                                               "SOURCE")], dataclasses.field(default=None)),
         ("model", Annotated[str, _arg("mlp (the probabilistic MLP ensemble) or rwm (RWM-U: a GRU with ensemble "
                                       "heads)", "{mlp,rwm}")], dataclasses.field(default="mlp")),
         ("task", Annotated[str | None, _arg("the task (hopper, halfcheetah, walker2d, ant): its termination "
@@ -60,7 +65,14 @@ FitArgs = config_io.options_class(
                                             "DIR")], dataclasses.field(default=None)),
         ("clip_actions", Annotated[bool, _arg("clip actions into the action space instead of refusing actions "
                                               "outside it")], dataclasses.field(default=False)),
-        ("progress", Annotated[bool, _arg("show the progress bar")], dataclasses.field(default=True)),
+        ("progress", Annotated[bool, _arg("show the progress bar (in a log file: one line an epoch)")],
+         dataclasses.field(default=True)),
+        ("checkpoint_seconds", Annotated[float, _arg("save a checkpoint in OUT/fit-checkpoint every this many "
+                                                     "seconds (and on Ctrl-C or SIGTERM)", "SECONDS")],
+         dataclasses.field(default=300.0)),
+        ("resume", Annotated[Path | None, _arg("continue the interrupted fit into this directory (its --out) from its "
+                                               "last checkpoint, with the options it was started with", "DIR")],
+         dataclasses.field(default=None)),
     ],
     config_io.section_options({"ensemble": EnsembleConfig, "fit": FitConfig, "rwm": RecurrentConfig,
                                "rwm_fit": RecurrentFitConfig}, _hint),
@@ -96,29 +108,74 @@ def _absolute_source(source: str) -> str:
     return str(path.resolve()) if path.exists() else source
 
 
+FIT_CHECKPOINT = "fit-checkpoint"  # inside --out, until the finished model replaces the directory
+FIT_ARGS = "fit-args.json"  # beside it: what --resume needs to rebuild the fit
+
+
 def fit(args: FitArgs) -> int:
-    """Fit a world model on a dataset and save it."""
-    given = config_io.given_options(args)
-    if args.model not in MODEL_KINDS:
-        raise UserError(f"--model: expected one of {', '.join(MODEL_KINDS)}, found {args.model!r}")
-    other = [name for kind, names in _SECTIONS.items() if kind != args.model for name in names if name in given]
+    """Fit a world model on a dataset and save it (or, with --resume, continue an interrupted fit)."""
+    if args.checkpoint_seconds < 0:
+        raise UserError(f"--checkpoint-seconds: expected a value >= 0, found {args.checkpoint_seconds}")
+    if args.resume is not None:
+        flag = lambda name: "--" + name.replace("_", "-")  # noqa: E731
+        extra = [flag(name) for name in ("dataset", "model", "task", "out", "clip_actions")
+                 if getattr(args, name) != getattr(FitArgs(), name)]
+        extra += [f"{flag(section)}.{flag(name)[2:]}" for section, names in config_io.given_options(args).items()
+                  for name in names]
+        if extra:
+            raise UserError(f"--resume continues a fit with the options it was started with; drop {', '.join(extra)}")
+        out = args.resume.absolute()
+        try:
+            recorded = json.loads((out / FIT_ARGS).read_text())
+            kind, dataset_source, task = recorded["model"], recorded["dataset"], recorded["task"]
+            clip_actions, given = bool(recorded["clip_actions"]), dict(recorded["given"])
+        except FileNotFoundError:
+            raise UserError(f"{out}: no interrupted fit here (no {FIT_ARGS}); start one with mbrl model fit --out {out}") from None
+        except (ValueError, KeyError, TypeError) as exc:
+            raise UserError(f"{out / FIT_ARGS}: unreadable or missing field ({exc})") from None
+    else:
+        if args.dataset is None:
+            raise UserError("--dataset: required (or --resume DIR to continue an interrupted fit)")
+        kind, dataset_source, task, clip_actions = args.model, _absolute_source(args.dataset), args.task, args.clip_actions
+        given, out = config_io.given_options(args), args.out
+    return _fit(kind, dataset_source, task, clip_actions, given, out, progress=args.progress,
+                checkpoint_seconds=args.checkpoint_seconds, resume=args.resume is not None)
+
+
+def _fit(kind: str, dataset_source: str, task: str | None, clip_actions: bool, given: dict, out: Path | None, *,
+         progress: bool, checkpoint_seconds: float, resume: bool) -> int:
+    from mbrl.checkpoint import Checkpointer  # lazy, as the trainer: orbax and the agents load only to fit
+    from mbrl.trainer import StopSignal
+    from mbrl.world_models.fit import FitControl, FitInterrupted
+
+    if kind not in MODEL_KINDS:
+        raise UserError(f"--model: expected one of {', '.join(MODEL_KINDS)}, found {kind!r}")
+    other = [name for k, names in _SECTIONS.items() if k != kind for name in names if name in given]
     if other:
         raise UserError(f"{', '.join('--' + n.replace('_', '-') + '.*' for n in other)}: not read by --model "
-                        f"{args.model}, which reads " + ", ".join(f"--{n.replace('_', '-')}.*" for n in _SECTIONS[args.model]))
-    arch_name, fit_name = _SECTIONS[args.model]
-    arch_class, fit_class = (EnsembleConfig, FitConfig) if args.model == "mlp" else (RecurrentConfig, RecurrentFitConfig)
+                        f"{kind}, which reads " + ", ".join(f"--{n.replace('_', '-')}.*" for n in _SECTIONS[kind]))
+    arch_name, fit_name = _SECTIONS[kind]
+    arch_class, fit_class = (EnsembleConfig, FitConfig) if kind == "mlp" else (RecurrentConfig, RecurrentFitConfig)
     fit_config = config_io.override(fit_class(), given.get(fit_name, {}), fit_name)
     config = config_io.override(arch_class(), given.get(arch_name, {}), arch_name)  # checked before the load
-    dataset = load(args.dataset, task=args.task, clip_actions=args.clip_actions)
-    task = args.task or dataset.info.task
+    dataset = load(dataset_source, task=task, clip_actions=clip_actions)
+    task = task or dataset.info.task
     task_fns = _task_fns(task)
     termination_fn = task_fns.get("termination_fn")
     if "learned_termination" not in given.get(arch_name, {}):
         learned = termination_fn is None and bool(dataset.transitions.terminal.any())
         config = dataclasses.replace(config, learned_termination=learned)
-    out = args.out or Path("runs") / "models" / (dataset.info.name + ("-rwm" if args.model == "rwm" else ""))
+    out = (out or Path("runs") / "models" / (dataset.info.name + ("-rwm" if kind == "rwm" else ""))).absolute()
+    checkpoints = out / FIT_CHECKPOINT
+    if not resume:
+        if checkpoints.is_dir() and any(checkpoints.iterdir()):
+            raise UserError(f"{out}: holds an interrupted fit ({checkpoints}); continue it with mbrl model fit --resume "
+                            f"{out}, or remove {checkpoints} to start afresh")
+        out.mkdir(parents=True, exist_ok=True)
+        record = {"model": kind, "dataset": dataset_source, "task": task, "clip_actions": clip_actions, "given": given}
+        write_text_atomic(out / FIT_ARGS, json.dumps(record, indent=1))
     console = Console(stderr=True, highlight=False)
-    if args.model == "mlp":
+    if kind == "mlp":
         shape = f"{config.num_members} members ({config.num_elites} elites, hidden {'x'.join(map(str, config.hidden_dims))})"
     else:
         shape = (f"RWM-U (GRU {config.gru_layers}x{config.gru_hidden}, {config.num_heads} heads of "
@@ -127,21 +184,31 @@ def fit(args: FitArgs) -> int:
         f"fitting {shape} on {len(dataset):,} transitions of {dataset.info.name}"
         + (f", termination from task '{task}'" if termination_fn is not None else "")
         + (f", reward from task '{task}'" if task_fns.get("reward_fn") is not None else "")
-        + (", learned termination head" if config.learned_termination else "")
+        + (", learned termination head" if config.learned_termination else ""),
+        soft_wrap=True,
     )
-    source = _absolute_source(args.dataset)
-    if args.model == "mlp":
-        result = fit_world_model(dataset, config=config, fit_config=fit_config, source=source, task=task,
-                                 progress=args.progress, **task_fns)
-    else:
-        result = fit_recurrent_model(dataset, config=config, fit_config=fit_config, source=source, task=task,
-                                     progress=args.progress, **task_fns)
+    checkpointer = Checkpointer(checkpoints, max_to_keep=1)
+    resume = resume and checkpointer.latest_epoch() is not None
+    if resume:
+        console.print(f"continuing from the checkpoint after epoch {checkpointer.latest_epoch()} in {checkpoints}")
+    fit_fn = fit_world_model if kind == "mlp" else fit_recurrent_model
+    try:
+        with StopSignal() as stop:
+            control = FitControl(checkpointer, every_seconds=checkpoint_seconds, resume=resume, stop=stop)
+            result = fit_fn(dataset, config=config, fit_config=fit_config, source=dataset_source, task=task,
+                            progress=progress, control=control, **task_fns)
+    except FitInterrupted as interrupted:
+        console.print(f"stopped by {signal.Signals(interrupted.signum).name} after epoch {interrupted.epoch}; its "
+                      f"checkpoint is in {checkpoints}. Continue with: mbrl model fit --resume {out}", soft_wrap=True)
+        return 128 + interrupted.signum
+    finally:
+        checkpointer.close()
     path = result.model.save(out)
     info = result.model.info
     elites = [int(e) for e in np.asarray(result.model.elites)]
     print(json.dumps({
         "model": str(path),
-        "kind": args.model,
+        "kind": kind,
         "epochs": info.epochs,
         "stop_reason": info.stop_reason,
         "fit_seconds": info.fit_seconds,

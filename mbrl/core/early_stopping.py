@@ -37,3 +37,15 @@ class EarlyStopping:
         if self.max_seconds is not None and time.perf_counter() - self.start >= self.max_seconds:
             return "time_budget"
         return None
+
+    def to_record(self) -> dict:
+        """What a checkpoint keeps of the rule (JSON), for `restore`."""
+        reference = None if self.reference is None else self.reference.tolist()
+        return {"reference": reference, "since_improved": self.since_improved, "checks": self.checks}
+
+    def restore(self, record: dict, seconds_spent: float) -> None:
+        """Continue a rule saved by `to_record` after `seconds_spent` seconds, which count toward `max_seconds`."""
+        reference = record["reference"]
+        self.reference = None if reference is None else np.asarray(reference, np.float64)
+        self.since_improved, self.checks = int(record["since_improved"]), int(record["checks"])
+        self.start = time.perf_counter() - seconds_spent
