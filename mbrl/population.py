@@ -15,8 +15,9 @@ from pathlib import Path
 from mbrl.agents import registry
 from mbrl.config import TrainConfig
 from mbrl.core.errors import ConfigError
+from mbrl.core.signals import StopSignal
 from mbrl.train import dataset_reference_scores, fit_model, world_models_for
-from mbrl.trainer import (EpochReport, StopSignal, TrainState, compile_key, hypers_of, shard_population, train_epochs,
+from mbrl.trainer import (EpochReport, TrainState, compile_key, hypers_of, shard_population, train_epochs,
                           trainer_of_data)
 
 

@@ -28,13 +28,14 @@ from mbrl.config import TrainConfig
 from mbrl.core.errors import ConfigError
 from mbrl.core.files import write_text_atomic
 from mbrl.core.score import evaluation_record, normalized_score, reference_scores, scores_of
+from mbrl.core.signals import StopSignal
 from mbrl.core.types import OfflineDataset
 from mbrl.envs.tasks import Task, find_task
 from mbrl.logging import (METRICS_FILE, Progress, RunLogger, mean_stderr, plot_learning_curve, read_metrics,
                           truncate_metrics)
 from mbrl.ope.model_return import model_returns
 from mbrl.selection import check_selection, select_checkpoint, write_selection
-from mbrl.trainer import (EpochReport, StopSignal, Trainer, TrainState, hypers_of, observation_scale, shard_population,
+from mbrl.trainer import (EpochReport, Trainer, TrainState, hypers_of, observation_scale, shard_population,
                           stack_models, train_epochs, trainer_for)
 from mbrl.world_models.fit import fit_world_model
 from mbrl.world_models.model import ModelInfo

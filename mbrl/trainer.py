@@ -34,8 +34,6 @@ import functools
 import hashlib
 import json
 import os
-import signal
-import threading
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -54,6 +52,7 @@ from mbrl.config import TrainConfig
 from mbrl.core.errors import ConfigError
 from mbrl.core.files import cache_dir, write_text_atomic
 from mbrl.core.replay import ReplayBuffer
+from mbrl.core.signals import StopSignal
 from mbrl.core.types import PolicyInput
 from mbrl.world_models.ensemble import observation_indices
 
@@ -427,30 +426,6 @@ def stack_models(models: list) -> Any:
     first = models[0]
     models = [m.replace(info=first.info) for m in models]
     return jax.tree.map(lambda *xs: jnp.stack(xs), *models)
-
-
-class StopSignal:
-    """Turns the first SIGINT/SIGTERM into a flag the loop checks between epochs; a second one aborts."""
-
-    def __init__(self):
-        self.signum: int | None = None
-        self._previous: dict[int, Any] = {}
-
-    def __enter__(self):
-        if threading.current_thread() is threading.main_thread():
-            for signum in (signal.SIGINT, signal.SIGTERM):
-                self._previous[signum] = signal.signal(signum, self._handle)
-        return self
-
-    def _handle(self, signum, frame):
-        if self.signum is not None:
-            raise KeyboardInterrupt
-        self.signum = signum
-
-    def __exit__(self, *exc):
-        for signum, handler in self._previous.items():
-            signal.signal(signum, handler)
-        return False
 
 
 @dataclasses.dataclass

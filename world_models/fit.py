@@ -317,6 +317,7 @@ class EpochLines:
 
     def __init__(self, console: Console):
         self.console, self.epoch, self.total = console, 0, None
+        self.start = time.perf_counter()
 
     def __enter__(self):
         return self
@@ -331,7 +332,8 @@ class EpochLines:
     def update(self, task, advance=1, status=""):
         self.epoch += advance
         of = f"/{self.total}" if self.total is not None else ""
-        self.console.print(f"fit epoch {self.epoch}{of}: {status}", highlight=False, soft_wrap=True)
+        minutes = (time.perf_counter() - self.start) / 60
+        self.console.print(f"fit epoch {self.epoch}{of} ({minutes:.1f} min): {status}", highlight=False, soft_wrap=True)
 
 
 def fit_progress(enabled: bool, total: int | None):
@@ -350,7 +352,7 @@ class FitControl:
     checkpointer: saves `(epoch, state, record)` and restores the latest (`mbrl.checkpoint.Checkpointer`).
     every_seconds: wall time between checkpoints.
     resume: continue from the checkpointer's latest checkpoint instead of starting afresh.
-    stop: an object whose `signum` turns non-None on SIGINT/SIGTERM (`mbrl.trainer.StopSignal`): the fit saves a
+    stop: an object whose `signum` turns non-None on SIGINT/SIGTERM (`mbrl.core.signals.StopSignal`): the fit saves a
         checkpoint after the running epoch and raises `FitInterrupted`.
     """
 

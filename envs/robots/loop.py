@@ -10,7 +10,7 @@ Each tick appends one JSON line to the log: the time, the observation's seq and 
 inference time, the latency from observation to command, whether it overran, the command sent and
 the safety events. Episode ends, the safe stop and a final summary are lines of their own ("type").
 The loop ends with a safe stop and a disconnect in every case: all episodes done, the watchdog, a
-SIGINT/SIGTERM (`StopSignals`), or an error (re-raised after the robot is stopped).
+SIGINT/SIGTERM (`mbrl.core.signals.StopSignal`), or an error (re-raised after the robot is stopped).
 """
 
 from __future__ import annotations
@@ -25,7 +25,8 @@ from pathlib import Path
 import numpy as np
 
 from mbrl.envs.robots.protocol import Observation, Robot
-from mbrl.envs.robots.safety import SafetyLayer, StopSignals
+from mbrl.core.signals import StopSignal
+from mbrl.envs.robots.safety import SafetyLayer
 
 
 class TickLog:
@@ -110,21 +111,21 @@ class ControlLoop:
         """Connect (unless the caller did), run the episodes (episode i resets with seed + i), safe-stop,
         disconnect; the summary."""
 
-        def drive(signals: StopSignals) -> None:
+        def drive(signals: StopSignal) -> None:
             for episode in range(episodes):
                 if not self._episode(episode, None if seed is None else seed + episode, max_steps, signals):
                     break
 
         return self.session(drive, connect=connect)
 
-    def session(self, drive: Callable[[StopSignals], None], connect: bool = True) -> dict:
+    def session(self, drive: Callable[[StopSignal], None], connect: bool = True) -> dict:
         """Connect (unless the caller did), `drive(signals)`, then in every case safe-stop and disconnect; the
         summary. SIGINT/SIGTERM set `signals.signal_name`, which the next `tick` turns into the episode's end."""
         self._start = time.monotonic()
         if connect:
             self.robot.connect()
         try:
-            with StopSignals() as signals:
+            with StopSignal(second_aborts=False) as signals:
                 drive(signals)
             self.stop_reason = self.stop_reason or "done"
         except BaseException as exc:
@@ -138,7 +139,7 @@ class ControlLoop:
             self.log.close()
         return summary
 
-    def _episode(self, episode: int, seed: int | None, max_steps: int | None, signals: StopSignals) -> bool:
+    def _episode(self, episode: int, seed: int | None, max_steps: int | None, signals: StopSignal) -> bool:
         """One episode; False when the run must stop (watchdog or signal)."""
         self.begin_episode(episode, seed)
         while True:
@@ -175,7 +176,7 @@ class ControlLoop:
         progress.total += reward
         return reward, fresh
 
-    def tick(self, signals: StopSignals) -> Tick:
+    def tick(self, signals: StopSignal) -> Tick:
         """One tick of the episode in progress: observe, decide, make safe, act, log."""
         robot, safety, progress = self.robot, self.safety, self.progress
         if signals.signal_name is not None:

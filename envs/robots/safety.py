@@ -13,8 +13,6 @@ action (zeros, moved into the bounds), i.e. the robot is assumed at rest after a
 from __future__ import annotations
 
 import dataclasses
-import signal
-import threading
 
 import numpy as np
 
@@ -125,31 +123,3 @@ class SafetyLayer:
         sent = np.asarray(sent, np.float32).reshape(self.low.shape)
         if np.all(np.isfinite(sent)):
             self.last_action = sent
-
-
-class StopSignals:
-    """Within `with StopSignals() as stop:`, SIGINT and SIGTERM set `stop.signal_name` instead of killing.
-
-    The control loop polls it once per tick, then stops the robot safely and disconnects. Outside the
-    main thread signal handlers cannot be installed; then the guard is inert.
-    """
-
-    SIGNALS = (signal.SIGINT, signal.SIGTERM)
-
-    def __init__(self):
-        self.signal_name: str | None = None
-        self._previous = {}
-
-    def __enter__(self) -> StopSignals:
-        if threading.current_thread() is threading.main_thread():
-            for signum in self.SIGNALS:
-                self._previous[signum] = signal.signal(signum, self._handle)
-        return self
-
-    def _handle(self, signum, frame) -> None:
-        self.signal_name = signal.Signals(signum).name
-
-    def __exit__(self, *exc) -> None:
-        for signum, handler in self._previous.items():
-            signal.signal(signum, handler)
-        self._previous.clear()

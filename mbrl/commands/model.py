@@ -29,6 +29,7 @@ from rich.table import Table
 from mbrl import config as config_io
 from mbrl.core.errors import UserError
 from mbrl.core.files import write_text_atomic
+from mbrl.core.signals import StopSignal
 from mbrl.datasets import load
 from mbrl.world_models.ensemble import EnsembleConfig
 from mbrl.world_models.fit import FitConfig, fit_world_model
@@ -145,7 +146,6 @@ def fit(args: FitArgs) -> int:
 def _fit(kind: str, dataset_source: str, task: str | None, clip_actions: bool, given: dict, out: Path | None, *,
          progress: bool, checkpoint_seconds: float, resume: bool) -> int:
     from mbrl.checkpoint import Checkpointer  # lazy, as the trainer: orbax and the agents load only to fit
-    from mbrl.trainer import StopSignal
     from mbrl.world_models.fit import FitControl, FitInterrupted
 
     if kind not in MODEL_KINDS:
@@ -190,7 +190,8 @@ def _fit(kind: str, dataset_source: str, task: str | None, clip_actions: bool, g
     checkpointer = Checkpointer(checkpoints, max_to_keep=1)
     resume = resume and checkpointer.latest_epoch() is not None
     if resume:
-        console.print(f"continuing from the checkpoint after epoch {checkpointer.latest_epoch()} in {checkpoints}")
+        console.print(f"continuing from the checkpoint after epoch {checkpointer.latest_epoch()} in {checkpoints}",
+                      soft_wrap=True)
     fit_fn = fit_world_model if kind == "mlp" else fit_recurrent_model
     try:
         with StopSignal() as stop:

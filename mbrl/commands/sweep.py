@@ -26,7 +26,7 @@ from mbrl.commands.train import enable_compile_cache, ensure_dataset
 from mbrl.core.errors import ConfigError
 from mbrl.sweep import engine, space as space_io
 from mbrl.sweep.engine import SweepOptions
-from mbrl.trainer import StopSignal
+from mbrl.core.signals import StopSignal
 
 
 def _arg(help_: str, metavar: str | None = None, hint: str | None = None):

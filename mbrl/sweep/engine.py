@@ -322,7 +322,7 @@ class Sweep:
     """One worker on one study."""
 
     def __init__(self, settings: Settings, on_event: Callable[[str], None] | None = None, stop=None):
-        """`stop`: the caller's `mbrl.trainer.StopSignal` (Ctrl-C and SIGTERM stop after the running epoch)."""
+        """`stop`: the caller's `mbrl.core.signals.StopSignal` (Ctrl-C and SIGTERM stop after the running epoch)."""
         import optuna
 
         optuna.logging.set_verbosity(optuna.logging.WARNING)
