@@ -37,7 +37,7 @@ from mbrl.ope.model_return import model_returns
 from mbrl.selection import check_selection, select_checkpoint, write_selection
 from mbrl.trainer import (EpochReport, Trainer, TrainState, hypers_of, observation_scale, shard_population,
                           stack_models, train_epochs, trainer_for)
-from mbrl.world_models.fit import fit_world_model
+from mbrl.world_models.fit import CHECKPOINT_DIR, FitControl, fit_world_model
 from mbrl.world_models.model import ModelInfo
 from mbrl.world_models.recurrent import load_model
 from mbrl.world_models.recurrent_fit import fit_recurrent_model
@@ -89,17 +89,19 @@ def _model_paths(config: TrainConfig, run_dir: Path, world_model_dir: Path | Non
 
 
 def fit_model(config: TrainConfig, dataset, task, seed_offset: int = 0, progress: bool = False, *,
-              entry: AlgorithmEntry | None = None):
+              entry: AlgorithmEntry | None = None, control: FitControl | None = None):
     """A world model of the kind the algorithm fits (`mbrl.agents.registry.AlgorithmEntry.model_kind`): the MLP
     ensemble with `config`'s ensemble and fit sections, or RWM-U with its rwm and rwm_fit sections (fit seed +
-    `seed_offset`). `entry`: `config.algo`'s registry entry where the caller holds it."""
+    `seed_offset`). `entry`: `config.algo`'s registry entry where the caller holds it; `control`: checkpoints."""
     entry = registry.entry(config.algo) if entry is None else entry
     task_fns = task.model_fns() if task is not None else {}
     if entry.model_kind == "rwm":
         fit_config = dataclasses.replace(config.rwm_fit, seed=config.rwm_fit.seed + seed_offset)
-        return fit_recurrent_model(dataset, config=config.rwm, fit_config=fit_config, progress=progress, **task_fns).model
+        return fit_recurrent_model(dataset, config=config.rwm, fit_config=fit_config, progress=progress,
+                                   control=control, **task_fns).model
     fit_config = dataclasses.replace(config.fit, seed=config.fit.seed + seed_offset)
-    return fit_world_model(dataset, config=config.ensemble, fit_config=fit_config, progress=progress, **task_fns).model
+    return fit_world_model(dataset, config=config.ensemble, fit_config=fit_config, progress=progress, control=control,
+                           **task_fns).model
 
 
 def world_models_for(config: TrainConfig, dataset, task, paths: list[Path], progress: bool, *,
@@ -119,7 +121,17 @@ def world_models_for(config: TrainConfig, dataset, task, paths: list[Path], prog
             models.append(model)
             continue
         seed_offset = config.seed_list[index] if config.imagination.per_seed_model else 0
-        model = fit_model(config, dataset, task, seed_offset, progress, entry=entry)
+        # A long fit (the paper presets fit to early stopping) checkpoints on the way: a run killed during it
+        # continues the fit on `mbrl train --resume`. The saved model then replaces the checkpoints.
+        checkpointer = Checkpointer(path / CHECKPOINT_DIR, max_to_keep=1)
+        try:
+            sections = ("rwm", "rwm_fit") if entry.model_kind == "rwm" else ("ensemble", "fit")
+            identity = {name: dataclasses.asdict(getattr(config, name)) for name in sections}
+            identity.update(dataset=dataset.info.name, rows=len(dataset), seed_offset=seed_offset)
+            control = FitControl(checkpointer, resume=checkpointer.latest_epoch() is not None, identity=identity)
+            model = fit_model(config, dataset, task, seed_offset, progress, entry=entry, control=control)
+        finally:
+            checkpointer.close()
         model.save(path)
         models.append(model)
     for model in models:

@@ -21,6 +21,7 @@ from mbrl.agents import registry
 from mbrl import config as config_io
 from mbrl import datasets
 from mbrl.checkpoint import Checkpointer
+from mbrl.core.errors import ConfigError
 from mbrl.cli import main as cli_main
 from mbrl.imagination import ExploringPolicy
 from mbrl.population import member_config, train_population
@@ -105,9 +106,51 @@ def test_resume_after_sigterm_matches_the_uninterrupted_run(full_run, dataset, w
     checkpoints = Checkpointer(run_dir / "checkpoints")
     assert checkpoints.latest_epoch() == 2
     checkpoints.close()
+    # Another run pointed at that model's directory, with other fit options, does not continue a fit not its own.
+    other = tiny_config(dataset=str(dataset_path), fit={"max_epochs": 2, "learning_rate": 5e-4})
+    with pytest.raises(ConfigError, match="the checkpoint of another fit"):
+        run(other, tmp_path / "other", world_model_dir=model_dir, dataset=dataset)
     resumed = run(None, run_dir, resume=True, dataset=dataset)
     assert resumed.interrupted is None and resumed.epochs_done == EPOCHS
     assert comparable(resumed.records) == comparable(full_run.records)
+
+
+def test_a_run_killed_while_fitting_its_world_model_continues_that_fit_on_resume(dataset, dataset_path, world_model_dir,
+                                                                                  tmp_path, monkeypatch):
+    """A run fits its world model with checkpoints (here after every epoch): killed right after the first one (a
+    Ctrl-C before the epochs), `--resume` continues that fit and ends with the model of a fit never stopped."""
+    import functools
+
+    import mbrl.train as train_module
+    from mbrl.world_models.fit import CHECKPOINT_DIR, FitControl
+    from mbrl.world_models.recurrent import load_model
+
+    class DiesAfterItsFirstSave(Checkpointer):
+        def save(self, epoch, state, record):
+            super().save(epoch, state, record)
+            raise KeyboardInterrupt
+
+    run_dir = tmp_path / "killed"
+    with monkeypatch.context() as patch:
+        patch.setattr(train_module, "Checkpointer", DiesAfterItsFirstSave)
+        patch.setattr(train_module, "FitControl", functools.partial(FitControl, every_seconds=0.0))
+        with pytest.raises(KeyboardInterrupt):
+            run(tiny_config(dataset=str(dataset_path)), run_dir, dataset=dataset)
+    model_dir = run_dir / "world_model"
+    assert not (model_dir / "model.json").exists()
+    checkpoints = Checkpointer(model_dir / CHECKPOINT_DIR)
+    assert checkpoints.latest_epoch() == 1
+    checkpoints.close()
+    # Another run pointed at that model's directory, with other fit options, does not continue a fit not its own.
+    other = tiny_config(dataset=str(dataset_path), fit={"max_epochs": 2, "learning_rate": 5e-4})
+    with pytest.raises(ConfigError, match="the checkpoint of another fit"):
+        run(other, tmp_path / "other", world_model_dir=model_dir, dataset=dataset)
+    resumed = run(None, run_dir, resume=True, dataset=dataset)
+    assert resumed.interrupted is None and not (model_dir / CHECKPOINT_DIR).exists()
+    fitted, whole = load_model(model_dir), load_model(world_model_dir)
+    assert fitted.info.epochs == whole.info.epochs == 2
+    for a, b in zip(jax.tree.leaves(fitted.params), jax.tree.leaves(whole.params), strict=True):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
 
 
 def test_three_vmapped_seeds_equal_three_single_runs(full_run, dataset, world_model_dir, tmp_path):

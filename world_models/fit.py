@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import json
 import time
 from typing import Any, ClassVar
 
@@ -345,6 +346,9 @@ def fit_progress(enabled: bool, total: int | None):
     return Progress(*columns, console=console, disable=not enabled, transient=False)
 
 
+CHECKPOINT_DIR = "fit-checkpoint"  # a fit's checkpoints, inside the directory its model will replace
+
+
 @dataclasses.dataclass
 class FitControl:
     """What a caller (`mbrl model fit`) lends a fit so that it can be stopped and continued.
@@ -354,12 +358,15 @@ class FitControl:
     resume: continue from the checkpointer's latest checkpoint instead of starting afresh.
     stop: an object whose `signum` turns non-None on SIGINT/SIGTERM (`mbrl.core.signals.StopSignal`): the fit saves a
         checkpoint after the running epoch and raises `FitInterrupted`.
+    identity: what the fit is (its options, its data; JSON), kept in every checkpoint: a resume whose identity
+        differs is refused rather than continuing another fit.
     """
 
     checkpointer: Any
     every_seconds: float = 300.0
     resume: bool = False
     stop: Any = None
+    identity: dict | None = None
 
 
 class FitInterrupted(Exception):
@@ -380,6 +387,10 @@ def fit_epochs(advance, state, key, *, fit_config: FitConfigBase, describe, prog
     history, seconds_before = [], 0.0
     if control is not None and control.resume:
         restored, record = control.checkpointer.restore({"state": state, "key": key})
+        recorded = record.get("identity")
+        if None not in (recorded, control.identity) and recorded != json.loads(json.dumps(control.identity)):
+            raise ConfigError(f"{control.checkpointer.directory}: the checkpoint of another fit (other options or "
+                              "data); remove it to start this one afresh")
         state, key = restored["state"], restored["key"]
         history, seconds_before = list(record["history"]), float(record["seconds"])
         stopping.restore(record["stopping"], seconds_before)
@@ -400,7 +411,7 @@ def fit_epochs(advance, state, key, *, fit_config: FitConfigBase, describe, prog
             now = time.perf_counter()
             if signum is not None or now - last_save >= control.every_seconds:
                 record = {"epoch": len(history), "history": history, "stopping": stopping.to_record(),
-                          "seconds": seconds_before + now - start}
+                          "seconds": seconds_before + now - start, "identity": control.identity}
                 control.checkpointer.save(len(history), {"state": state, "key": key}, record)
                 last_save = time.perf_counter()
             if signum is not None:

@@ -32,7 +32,7 @@ from mbrl.core.files import write_text_atomic
 from mbrl.core.signals import StopSignal
 from mbrl.datasets import load
 from mbrl.world_models.ensemble import EnsembleConfig
-from mbrl.world_models.fit import FitConfig, fit_world_model
+from mbrl.world_models.fit import CHECKPOINT_DIR, FitConfig, FitControl, FitInterrupted, fit_world_model
 from mbrl.world_models.metrics import history_holdout_metrics, holdout_metrics, open_loop_errors
 from mbrl.world_models.recurrent import RecurrentConfig, load_model
 from mbrl.world_models.recurrent_fit import RecurrentFitConfig, fit_recurrent_model
@@ -109,8 +109,7 @@ def _absolute_source(source: str) -> str:
     return str(path.resolve()) if path.exists() else source
 
 
-FIT_CHECKPOINT = "fit-checkpoint"  # inside --out, until the finished model replaces the directory
-FIT_ARGS = "fit-args.json"  # beside it: what --resume needs to rebuild the fit
+FIT_ARGS = "fit-args.json"  # beside the checkpoints: what --resume needs to rebuild the fit
 
 
 def fit(args: FitArgs) -> int:
@@ -146,7 +145,6 @@ def fit(args: FitArgs) -> int:
 def _fit(kind: str, dataset_source: str, task: str | None, clip_actions: bool, given: dict, out: Path | None, *,
          progress: bool, checkpoint_seconds: float, resume: bool) -> int:
     from mbrl.checkpoint import Checkpointer  # lazy, as the trainer: orbax and the agents load only to fit
-    from mbrl.world_models.fit import FitControl, FitInterrupted
 
     if kind not in MODEL_KINDS:
         raise UserError(f"--model: expected one of {', '.join(MODEL_KINDS)}, found {kind!r}")
@@ -166,14 +164,14 @@ def _fit(kind: str, dataset_source: str, task: str | None, clip_actions: bool, g
         learned = termination_fn is None and bool(dataset.transitions.terminal.any())
         config = dataclasses.replace(config, learned_termination=learned)
     out = (out or Path("runs") / "models" / (dataset.info.name + ("-rwm" if kind == "rwm" else ""))).absolute()
-    checkpoints = out / FIT_CHECKPOINT
+    checkpoints = out / CHECKPOINT_DIR
+    identity = {"model": kind, "dataset": dataset_source, "task": task, "clip_actions": clip_actions, "given": given}
     if not resume:
         if checkpoints.is_dir() and any(checkpoints.iterdir()):
             raise UserError(f"{out}: holds an interrupted fit ({checkpoints}); continue it with mbrl model fit --resume "
                             f"{out}, or remove {checkpoints} to start afresh")
         out.mkdir(parents=True, exist_ok=True)
-        record = {"model": kind, "dataset": dataset_source, "task": task, "clip_actions": clip_actions, "given": given}
-        write_text_atomic(out / FIT_ARGS, json.dumps(record, indent=1))
+        write_text_atomic(out / FIT_ARGS, json.dumps(identity, indent=1))
     console = Console(stderr=True, highlight=False)
     if kind == "mlp":
         shape = f"{config.num_members} members ({config.num_elites} elites, hidden {'x'.join(map(str, config.hidden_dims))})"
@@ -195,7 +193,8 @@ def _fit(kind: str, dataset_source: str, task: str | None, clip_actions: bool, g
     fit_fn = fit_world_model if kind == "mlp" else fit_recurrent_model
     try:
         with StopSignal() as stop:
-            control = FitControl(checkpointer, every_seconds=checkpoint_seconds, resume=resume, stop=stop)
+            control = FitControl(checkpointer, every_seconds=checkpoint_seconds, resume=resume, stop=stop,
+                                 identity=identity)
             result = fit_fn(dataset, config=config, fit_config=fit_config, source=dataset_source, task=task,
                             progress=progress, control=control, **task_fns)
     except FitInterrupted as interrupted:
