@@ -24,8 +24,8 @@ from pathlib import Path
 
 import numpy as np
 
-from mbrl.envs.robots.protocol import Observation, Robot
 from mbrl.core.signals import StopSignal
+from mbrl.envs.robots.protocol import Observation, Robot
 from mbrl.envs.robots.safety import SafetyLayer
 
 

@@ -112,15 +112,18 @@ def _absolute_source(source: str) -> str:
 FIT_ARGS = "fit-args.json"  # beside the checkpoints: what --resume needs to rebuild the fit
 
 
+def _flag(name: str) -> str:
+    return "--" + name.replace("_", "-")
+
+
 def fit(args: FitArgs) -> int:
     """Fit a world model on a dataset and save it (or, with --resume, continue an interrupted fit)."""
     if args.checkpoint_seconds < 0:
         raise UserError(f"--checkpoint-seconds: expected a value >= 0, found {args.checkpoint_seconds}")
     if args.resume is not None:
-        flag = lambda name: "--" + name.replace("_", "-")  # noqa: E731
-        extra = [flag(name) for name in ("dataset", "model", "task", "out", "clip_actions")
+        extra = [_flag(name) for name in ("dataset", "model", "task", "out", "clip_actions")
                  if getattr(args, name) != getattr(FitArgs(), name)]
-        extra += [f"{flag(section)}.{flag(name)[2:]}" for section, names in config_io.given_options(args).items()
+        extra += [f"{_flag(section)}.{_flag(name)[2:]}" for section, names in config_io.given_options(args).items()
                   for name in names]
         if extra:
             raise UserError(f"--resume continues a fit with the options it was started with; drop {', '.join(extra)}")
@@ -144,7 +147,7 @@ def fit(args: FitArgs) -> int:
 
 def _fit(kind: str, dataset_source: str, task: str | None, clip_actions: bool, given: dict, out: Path | None, *,
          progress: bool, checkpoint_seconds: float, resume: bool) -> int:
-    from mbrl.checkpoint import Checkpointer  # lazy, as the trainer: orbax and the agents load only to fit
+    from mbrl.checkpoint import Checkpointer  # lazy: orbax loads only when a fit starts
 
     if kind not in MODEL_KINDS:
         raise UserError(f"--model: expected one of {', '.join(MODEL_KINDS)}, found {kind!r}")
