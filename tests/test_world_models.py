@@ -613,6 +613,7 @@ def test_a_fit_stopped_by_sigterm_resumes_to_the_uninterrupted_model(kind, tmp_p
     assert sorted(p.name for p in stopped.iterdir()) == sorted(p.name for p in whole.iterdir())  # no checkpoint left
     resumed, uninterrupted = load_model(stopped), load_model(whole)
     assert resumed.info.epochs == uninterrupted.info.epochs == 200
+    assert resumed.info.task == "hopper"  # RWM-U's fit once recorded its progress bar's task id here
     assert resumed.info.holdout_mse == uninterrupted.info.holdout_mse
     for a, b in zip(jax.tree.leaves(resumed.params), jax.tree.leaves(uninterrupted.params), strict=True):
         np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
