@@ -566,10 +566,10 @@ def test_an_invariant_dimension_never_reaches_the_members_and_survives_a_save(tm
 
 RESUMABLE_FITS = {
     "mlp": ["--ensemble.num-members", "3", "--ensemble.num-elites", "2", "--ensemble.hidden-dims", "16",
-            "--fit.max-epochs", "200", "--fit.patience", "200"],
+            "--fit.max-epochs", "60", "--fit.patience", "60"],
     "rwm": ["--model", "rwm", "--rwm.num-heads", "2", "--rwm.gru-hidden", "8", "--rwm.head-hidden", "8",
             "--rwm.history", "3", "--rwm.forecast", "3", "--rwm-fit.batch-size", "16", "--rwm-fit.steps-per-epoch", "4",
-            "--rwm-fit.max-epochs", "200", "--rwm-fit.patience", "200"],
+            "--rwm-fit.max-epochs", "60", "--rwm-fit.patience", "60"],
 }
 
 
@@ -612,7 +612,7 @@ def test_a_fit_stopped_by_sigterm_resumes_to_the_uninterrupted_model(kind, tmp_p
     assert main(["model", "fit", *options, "--out", str(whole), "--checkpoint-seconds", "1e9", "--no-progress"]) == 0
     assert sorted(p.name for p in stopped.iterdir()) == sorted(p.name for p in whole.iterdir())  # no checkpoint left
     resumed, uninterrupted = load_model(stopped), load_model(whole)
-    assert resumed.info.epochs == uninterrupted.info.epochs == 200
+    assert resumed.info.epochs == uninterrupted.info.epochs == 60
     assert resumed.info.task == "hopper"  # RWM-U's fit once recorded its progress bar's task id here
     assert resumed.info.holdout_mse == uninterrupted.info.holdout_mse
     for a, b in zip(jax.tree.leaves(resumed.params), jax.tree.leaves(uninterrupted.params), strict=True):
