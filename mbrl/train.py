@@ -105,9 +105,10 @@ def fit_model(config: TrainConfig, dataset, task, seed_offset: int = 0, progress
 
 
 def world_models_for(config: TrainConfig, dataset, task, paths: list[Path], progress: bool, *,
-                     entry: AlgorithmEntry | None = None):
+                     entry: AlgorithmEntry | None = None, stop: StopSignal | None = None):
     """Load each model that exists, fit (and save) the others; one pytree, seed-stacked when per seed. `entry`:
-    `config.algo`'s registry entry where the caller holds it."""
+    `config.algo`'s registry entry where the caller holds it. `stop`: a signal stops a fit after its running epoch,
+    with a checkpoint (`mbrl.world_models.fit.FitInterrupted`)."""
     entry = registry.entry(config.algo) if entry is None else entry
     task_fns = task.model_fns() if task is not None else {}
     models = []
@@ -128,7 +129,8 @@ def world_models_for(config: TrainConfig, dataset, task, paths: list[Path], prog
             sections = ("rwm", "rwm_fit") if entry.model_kind == "rwm" else ("ensemble", "fit")
             identity = {name: dataclasses.asdict(getattr(config, name)) for name in sections}
             identity.update(dataset=dataset.info.name, rows=len(dataset), seed_offset=seed_offset)
-            control = FitControl(checkpointer, resume=checkpointer.latest_epoch() is not None, identity=identity)
+            control = FitControl(checkpointer, resume=checkpointer.latest_epoch() is not None, stop=stop,
+                                 identity=identity)
             model = fit_model(config, dataset, task, seed_offset, progress, entry=entry, control=control)
         finally:
             checkpointer.close()
@@ -216,9 +218,11 @@ def prepare_run(
     world_model_dir: str | Path | None = None,
     dataset=None,
     progress: bool | None = None,
+    stop: StopSignal | None = None,
 ) -> RunSpec:
     """Set up the run `run` trains (the same arguments): writes config.json and run.json, loads or fits (and saves)
-    the world models, cuts metrics.jsonl back to the start epoch and opens the checkpointer and the logger."""
+    the world models, cuts metrics.jsonl back to the start epoch and opens the checkpointer and the logger.
+    `stop`: a signal during a world model's fit raises `FitInterrupted` once its checkpoint is saved."""
     run_dir = Path(run_dir).absolute()
     config, loaded, model_paths = _config_and_model_paths(config, run_dir, resume, world_model_dir)
     facts = loaded.facts if loaded is not None else None
@@ -246,7 +250,7 @@ def prepare_run(
     if notice:
         print(f"mbrl train: {notice}", file=sys.stderr)
     real = trainer.real_data(dataset)
-    world_model = (world_models_for(config, dataset, task, model_paths, progress, entry=entry)
+    world_model = (world_models_for(config, dataset, task, model_paths, progress, entry=entry, stop=stop)
                    if trainer.uses_model else None)
     # Choosing a checkpoint after training needs them all.
     checkpointer = Checkpointer(run_dir / "checkpoints", max_to_keep=None if config.select.by != "last" else 2)
@@ -383,24 +387,27 @@ def run(
 
     `dataset`: an already loaded `OfflineDataset` (else `mbrl.datasets.load(config.dataset)`).
     `on_epoch`: called on the host after each epoch's record is written (tests, scripts).
+    A SIGINT or SIGTERM stops the run after its running epoch, with a checkpoint (`RunResult.interrupted`); during
+    its world model's fit, after the fit's running epoch, raising `mbrl.world_models.fit.FitInterrupted`.
     """
     start_time = time.perf_counter()
-    spec = prepare_run(config, run_dir, resume=resume, world_model_dir=world_model_dir, dataset=dataset,
-                       progress=progress)
-    config, schedule = spec.config, spec.config.schedule
-    with StopSignal() as stop, Progress(schedule.epochs, spec.start_epoch, spec.title, enabled=spec.progress) as bar:
-        report = _epoch_reporter(spec, bar, on_epoch)
-        try:
-            _, epochs_done = train_epochs(spec.trainer, schedule, spec.state, spec.real, spec.world_model,
-                                          start_epoch=spec.start_epoch, evaluate=spec.evaluate,
-                                          checkpoint=spec.save_checkpoint, on_epoch=report, stop=stop,
-                                          layout=spec.layout)
-            interrupted = stop.signum
-            if config.select.by != "last" and not interrupted and epochs_done == schedule.epochs:
-                _select(spec)
-        finally:
-            spec.logger.close()
-            spec.checkpointer.close()
+    with StopSignal() as stop:
+        spec = prepare_run(config, run_dir, resume=resume, world_model_dir=world_model_dir, dataset=dataset,
+                           progress=progress, stop=stop)
+        config, schedule = spec.config, spec.config.schedule
+        with Progress(schedule.epochs, spec.start_epoch, spec.title, enabled=spec.progress) as bar:
+            report = _epoch_reporter(spec, bar, on_epoch)
+            try:
+                _, epochs_done = train_epochs(spec.trainer, schedule, spec.state, spec.real, spec.world_model,
+                                              start_epoch=spec.start_epoch, evaluate=spec.evaluate,
+                                              checkpoint=spec.save_checkpoint, on_epoch=report, stop=stop,
+                                              layout=spec.layout)
+                interrupted = stop.signum
+                if config.select.by != "last" and not interrupted and epochs_done == schedule.epochs:
+                    _select(spec)
+            finally:
+                spec.logger.close()
+                spec.checkpointer.close()
 
     records = read_metrics(spec.run_dir / METRICS_FILE)
     plot_learning_curve(records, spec.run_dir / "learning_curve.png", spec.title)

@@ -30,7 +30,7 @@ B = np.array([[0.0], [0.1]])
 ACTION_COST, GAMMA = 0.1, 0.9
 # Policies a = -K s: two that stay inside the data's actions, one that pushes the state away.
 GAINS = {"none": [0.0, 0.0], "damping": [0.3, 0.6], "pushing": [-0.3, -0.6]}
-FQE = FQEConfig(heads=5, hidden_sizes=(32, 32), gamma=GAMMA, steps=8000, chunk=500, min_steps=2000, patience=4)
+FQE = FQEConfig(heads=5, hidden_sizes=(32, 32), gamma=GAMMA, steps=5000, chunk=500, min_steps=2000, patience=4)
 
 
 def linear_system(episodes: int, length: int, seed: int):
@@ -87,6 +87,13 @@ def test_fqe_ranks_policies_of_clearly_different_value(fits):
     truths = {name: truth for name, (_, truth) in fits.items()}
     estimates = {name: result.value for name, (result, _) in fits.items()}
     assert sorted(truths, key=truths.get) == sorted(estimates, key=estimates.get) == ["pushing", "none", "damping"]
+
+
+def test_a_fit_shorter_than_a_chunk_runs_the_steps_it_was_given():
+    train, starts = linear_system(10, 10, seed=0)
+    config = dataclasses.replace(FQE, steps=150, min_steps=100)  # the chunk stays 500
+    result = fqe_of(JudgedPolicy(lambda obs: obs[:, :1], 2, 1, "p"), train, train, starts, config)
+    assert result.steps == 150 and len(result.heldout_td) == 1
 
 
 def test_an_empty_holdout_is_refused():
@@ -170,7 +177,7 @@ def test_select_checkpoint_fqe_exports_the_checkpoint_fqe_prefers(hopper_tiny_pa
     config = config_io.build("bc", str(hopper_tiny_path), "quick", {
         "bc": {"hidden_sizes": [32, 32], "batch_size": 32},
         "schedule": {"epochs": 3, "updates_per_epoch": 30, "eval_every": 1, "eval_episodes": 1},
-        "select": {"by": "fqe", "fqe_steps": 400, "holdout": 0.3}, "logging": {"progress": False}})
+        "select": {"by": "fqe", "fqe_steps": 100, "holdout": 0.3}, "logging": {"progress": False}})
     run_dir = run(config, tmp_path / "bc").run_dir
     selection = json.loads((run_dir / "selected.json").read_text())
     assert [c["epoch"] for c in selection["candidates"]] == [1, 2, 3]  # every checkpoint kept and judged

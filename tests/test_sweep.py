@@ -193,7 +193,7 @@ def test_the_offline_objective_needs_no_simulator(robot_only_dataset, tmp_path, 
 def test_the_fqe_objective_scores_each_trial_by_its_fqe_value(robot_only_dataset, tmp_path):
     space = write(tmp_path / "space.toml", SPACE)
     assert main(sweep_args(robot_only_dataset, space, tmp_path / "fqe", "--objective", "fqe", "--trials", "2",
-                           "--population", "2", "--fqe-steps", "500", "--holdout", "0.2")) == 0
+                           "--population", "2", "--fqe-steps", "100", "--holdout", "0.2")) == 0
     table = rows(tmp_path / "fqe")
     assert len(table) == 2 and all(r["sim_score"] == "" for r in table)
     # The objective is the low end of FQE's interval: below its estimate.

@@ -111,27 +111,34 @@ def test_resume_after_sigterm_matches_the_uninterrupted_run(full_run, dataset, w
     assert comparable(resumed.records) == comparable(full_run.records)
 
 
-def test_a_run_killed_while_fitting_its_world_model_continues_that_fit_on_resume(dataset, dataset_path, world_model_dir,
-                                                                                  tmp_path, monkeypatch):
-    """A run fits its world model with checkpoints (here after every epoch): killed right after the first one (a
-    Ctrl-C before the epochs), `--resume` continues that fit and ends with the model of a fit never stopped."""
-    import functools
-
+def test_a_run_stopped_while_fitting_its_world_model_continues_that_fit_on_resume(dataset, dataset_path,
+                                                                                   world_model_dir, tmp_path,
+                                                                                   monkeypatch, capsys):
+    """A SIGTERM while `mbrl train` fits its world model stops the fit after its running epoch, with a checkpoint, and
+    the command exits 128 + 15 with one line; `--resume` continues that fit and ends with the model of a fit never
+    stopped."""
     import mbrl.train as train_module
-    from mbrl.world_models.fit import CHECKPOINT_DIR, FitControl
+    from mbrl.core.signals import StopSignal
+    from mbrl.train import prepare_run
+    from mbrl.world_models.fit import CHECKPOINT_DIR
     from mbrl.world_models.recurrent import load_model
 
-    class DiesAfterItsFirstSave(Checkpointer):
-        def save(self, epoch, state, record):
-            super().save(epoch, state, record)
-            raise KeyboardInterrupt
+    class SignalledAtOnce(StopSignal):  # the signal arrives during the fit's first epoch
+        def __enter__(self):
+            super().__enter__()
+            self.signum = signal.SIGTERM
+            return self
 
-    run_dir = tmp_path / "killed"
+    run_dir = tmp_path / "stopped"
+    config_file = tmp_path / "config.json"
+    config_io.save(tiny_config(dataset=str(dataset_path)), config_file)
     with monkeypatch.context() as patch:
-        patch.setattr(train_module, "Checkpointer", DiesAfterItsFirstSave)
-        patch.setattr(train_module, "FitControl", functools.partial(FitControl, every_seconds=0.0))
-        with pytest.raises(KeyboardInterrupt):
-            run(tiny_config(dataset=str(dataset_path)), run_dir, dataset=dataset)
+        patch.setattr(train_module, "StopSignal", SignalledAtOnce)
+        code = cli_main(["train", "--config", str(config_file), "--run-dir", str(run_dir)])
+    assert code == 128 + signal.SIGTERM
+    last_line = capsys.readouterr().out.strip().splitlines()[-1]
+    assert "stopped by SIGTERM while fitting its world model, after fit epoch 1" in last_line
+    assert f"mbrl train --resume {run_dir}" in last_line
     model_dir = run_dir / "world_model"
     assert not (model_dir / "model.json").exists()
     checkpoints = Checkpointer(model_dir / CHECKPOINT_DIR)
@@ -141,8 +148,10 @@ def test_a_run_killed_while_fitting_its_world_model_continues_that_fit_on_resume
     other = tiny_config(dataset=str(dataset_path), fit={"max_epochs": 2, "learning_rate": 5e-4})
     with pytest.raises(ConfigError, match="the checkpoint of another fit"):
         run(other, tmp_path / "other", world_model_dir=model_dir, dataset=dataset)
-    resumed = run(None, run_dir, resume=True, dataset=dataset)
-    assert resumed.interrupted is None and not (model_dir / CHECKPOINT_DIR).exists()
+    resumed = prepare_run(None, run_dir, resume=True, dataset=dataset)  # its fit; the epochs are tested elsewhere
+    resumed.logger.close()
+    resumed.checkpointer.close()
+    assert not (model_dir / CHECKPOINT_DIR).exists()
     fitted, whole = load_model(model_dir), load_model(world_model_dir)
     assert fitted.info.epochs == whole.info.epochs == 2
     for a, b in zip(jax.tree.leaves(fitted.params), jax.tree.leaves(whole.params), strict=True):

@@ -112,6 +112,7 @@ def print_summary(result) -> None:
 
 def train(args: TrainArgs) -> int:
     from mbrl.train import run  # lazy: importing it here adds 0.9 s to `mbrl train --help` (measured)
+    from mbrl.world_models.fit import FitInterrupted
 
     enable_compile_cache()
     if args.resume is not None:
@@ -120,14 +121,20 @@ def train(args: TrainArgs) -> int:
         extra += [opt for opt, value in (("--config", args.config), ("--run-dir", args.run_dir), ("--world-model", args.world_model)) if value]
         if extra:
             raise ConfigError(f"--resume continues a run with its own config.json; drop {', '.join(extra)}")
-        result = run(None, args.resume, resume=True)
+        run_dir, config = args.resume, None
     else:
         config = resolve(args)
         if args.world_model is not None and not Path(args.world_model).is_dir():
             raise ConfigError(f"--world-model {args.world_model}: no such directory")
         ensure_dataset(config.dataset)
         run_dir = args.run_dir or default_run_dir(config.algo, config.dataset)
-        result = run(config, run_dir, world_model_dir=args.world_model)
+    try:
+        result = run(config, run_dir, resume=config is None, world_model_dir=args.world_model)
+    except FitInterrupted as interrupted:
+        print(f"mbrl train: stopped by {signal.Signals(interrupted.signum).name} while fitting its world model, "
+              f"after fit epoch {interrupted.epoch}; the fit's checkpoint is saved. Continue with: mbrl train "
+              f"--resume {Path(run_dir).absolute()}")
+        return 128 + interrupted.signum
     print_summary(result)
     if result.interrupted is not None:
         name = signal.Signals(result.interrupted).name

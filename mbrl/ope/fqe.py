@@ -53,7 +53,7 @@ class FQEConfig:
     steps: int = 20_000
     """The most gradient steps."""
     chunk: int = 500
-    """Steps per compiled call, between checks of the held-out TD error."""
+    """Steps per compiled call, between checks of the held-out TD error; at most `steps` (a fit runs whole chunks)."""
     min_steps: int = 5_000
     """Steps before a check may keep weights or stop the fit (the values move from their starting level first: an
     early TD error says little)."""
@@ -73,6 +73,8 @@ class FQEConfig:
         if self.min_steps < 0:
             raise ConfigError(f"fqe.min_steps: expected an int >= 0, found {self.min_steps}")
         object.__setattr__(self, "hidden_sizes", tuple(int(w) for w in self.hidden_sizes))  # hashable: a compile key
+        # A fit shorter than one chunk (a quick `--select.fqe-steps`) runs its own steps, not a whole default chunk.
+        object.__setattr__(self, "chunk", min(int(self.chunk), int(self.steps)))
 
 
 @dataclasses.dataclass(frozen=True)
