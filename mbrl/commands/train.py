@@ -129,7 +129,7 @@ def train(args: TrainArgs) -> int:
         ensure_dataset(config.dataset)
         run_dir = args.run_dir or default_run_dir(config.algo, config.dataset)
     try:
-        result = run(config, run_dir, resume=config is None, world_model_dir=args.world_model)
+        result = run(config, run_dir, resume=args.resume is not None, world_model_dir=args.world_model)
     except FitInterrupted as interrupted:
         print(f"mbrl train: stopped by {signal.Signals(interrupted.signum).name} while fitting its world model, "
               f"after fit epoch {interrupted.epoch}; the fit's checkpoint is saved. Continue with: mbrl train "
