@@ -1,6 +1,8 @@
-"""Every algorithm along the path a user takes: `mbrl train` in a real process that is SIGKILLed once it has
-written a checkpoint, `mbrl train --resume` that gives exactly the uninterrupted run's metrics, then
-`mbrl eval`, `mbrl export` (checked by onnxruntime against JAX), and `mbrl deploy --robot mujoco:...`.
+"""Every algorithm along the path a user takes: `mbrl train`, `mbrl train --resume` from one of its checkpoints that
+gives exactly the uninterrupted run's metrics, then `mbrl eval`, `mbrl export` (checked by onnxruntime against JAX),
+and `mbrl deploy --robot mujoco:...`. One algorithm (SIGKILLED) is resumed from a real process SIGKILLed once it has
+written a checkpoint; what a kill can break (the checkpoint's atomic write, the run directory read back) is the same
+for every algorithm, what each one must save (its own state) is checked for each.
 
 The data is a real Hopper-v5 run of a random policy written in D4RL layout with h5py; one tiny world model
 is fitted once and given to every model-based run with `--world-model`. The algorithms without a world model run
@@ -12,6 +14,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -32,6 +35,7 @@ SHARED = {
     "schedule": {"epochs": 4, "updates_per_epoch": 10, "eval_every": 2, "eval_episodes": 2, "checkpoint_every": 1},
     "logging": {"progress": False},
 }
+SIGKILLED = "mopo"
 
 
 def tiny_config(algo: str, dataset: str):
@@ -77,17 +81,17 @@ def _checkpoints(run_dir):
 
 
 @pytest.mark.parametrize("algo", [name for name, entry in registry.ALGORITHMS.items() if entry.uses_model])
-def test_train_kill_resume_eval_export_deploy(algo, hopper_tiny_path, world_model_dir, tmp_path, capsys):
-    train_kill_resume_eval_export_deploy(algo, hopper_tiny_path, world_model_dir, tmp_path, capsys)
+def test_train_resume_eval_export_deploy(algo, hopper_tiny_path, world_model_dir, tmp_path, capsys):
+    train_resume_eval_export_deploy(algo, hopper_tiny_path, world_model_dir, tmp_path, capsys)
 
 
-def train_kill_resume_eval_export_deploy(algo, hopper_tiny_path, world_model_dir, tmp_path, capsys):
+def train_resume_eval_export_deploy(algo, hopper_tiny_path, world_model_dir, tmp_path, capsys):
     """The whole path for one algorithm (`world_model_dir`: the fitted MLP ensemble, None for a model-free one)."""
     config = tiny_config(algo, str(hopper_tiny_path))
     config_path = tmp_path / "config.json"
     config_io.save(config, config_path)
-    # The MLP ensemble is fitted once for all; mopo-ppo's first run fits its default RWM-U, which the killed
-    # run then reuses.
+    # The MLP ensemble is fitted once for all; mopo-ppo's first run fits its default RWM-U, which its resumed run
+    # then reuses.
     kind = registry.entry(algo).model_kind
     uses_model = kind == "mlp"
 
@@ -99,22 +103,30 @@ def train_kill_resume_eval_export_deploy(algo, hopper_tiny_path, world_model_dir
         assert json.loads((full / "world_model" / "model.json").read_text())["format"] == "mbrl-recurrent-world-model"
         world_model_dir, uses_model = full / "world_model", True
 
-    # The same run in another process, killed without warning once its first checkpoint is on disk.
-    killed = tmp_path / "killed"
-    process = _mbrl(*_train_argv(config_path, killed, world_model_dir, uses_model))
-    deadline = time.monotonic() + 600
-    while not _checkpoints(killed) and process.poll() is None and time.monotonic() < deadline:
-        time.sleep(0.01)
-    process.send_signal(signal.SIGKILL)
-    _, err = process.communicate()
-    assert process.returncode == -signal.SIGKILL, err  # killed mid-run, not finished
-    done = _checkpoints(killed)
-    assert done and done[-1] < 4
-
-    resumed = _mbrl("train", "--resume", str(killed))
-    out, err = resumed.communicate(timeout=600)
-    assert resumed.returncode == 0, err
-    assert _records(killed) == expected
+    if algo == SIGKILLED:
+        # The same run in another process, killed without warning once its first checkpoint is on disk.
+        resumed = tmp_path / "killed"
+        process = _mbrl(*_train_argv(config_path, resumed, world_model_dir, uses_model))
+        deadline = time.monotonic() + 600
+        while not _checkpoints(resumed) and process.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.01)
+        process.send_signal(signal.SIGKILL)
+        _, err = process.communicate()
+        assert process.returncode == -signal.SIGKILL, err  # killed mid-run, not finished
+        done = _checkpoints(resumed)
+        assert done and done[-1] < 4
+        process = _mbrl("train", "--resume", str(resumed))
+        _, err = process.communicate(timeout=600)
+        assert process.returncode == 0, err
+    else:
+        # The run as it stood after epoch 3: its checkpoint holds everything epoch 4 needs (the resume cuts the
+        # metrics back to the checkpoint's epoch).
+        resumed = tmp_path / "resumed"
+        shutil.copytree(full, resumed)
+        shutil.rmtree(resumed / "checkpoints" / "4")
+        assert _checkpoints(resumed) == [3]
+        assert cli_main(["train", "--resume", str(resumed)]) == 0
+    assert _records(resumed) == expected
 
     capsys.readouterr()
     assert cli_main(["eval", str(full), "--episodes", "2"]) == 0

@@ -6,9 +6,9 @@ from __future__ import annotations
 import pytest
 
 from mbrl.agents import registry
-from test_end_to_end import train_kill_resume_eval_export_deploy
+from test_end_to_end import train_resume_eval_export_deploy
 
 
 @pytest.mark.parametrize("algo", [name for name, entry in registry.ALGORITHMS.items() if not entry.uses_model])
-def test_train_kill_resume_eval_export_deploy(algo, hopper_tiny_path, tmp_path, capsys):
-    train_kill_resume_eval_export_deploy(algo, hopper_tiny_path, None, tmp_path, capsys)
+def test_train_resume_eval_export_deploy(algo, hopper_tiny_path, tmp_path, capsys):
+    train_resume_eval_export_deploy(algo, hopper_tiny_path, None, tmp_path, capsys)
