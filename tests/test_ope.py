@@ -85,7 +85,7 @@ def closed_form_fits(out_path: str) -> None:
 @pytest.fixture(scope="module")
 def fits(tmp_path_factory):
     """The fits in a child process at XLA's own compile settings, as a user's `mbrl ope` runs: their 15,000 steps run
-    about three times faster there than under the suite's fast-compile flags (conftest.py)."""
+    several times faster there than under the suite's fast-compile flags (conftest.py)."""
     out = tmp_path_factory.mktemp("fqe") / "fits.json"
     ours = ("--xla_backend_optimization_level", "--xla_cpu_use_fusion_emitters")
     flags = " ".join(f for f in os.environ.get("XLA_FLAGS", "").split() if not f.startswith(ours))
