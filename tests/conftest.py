@@ -53,25 +53,24 @@ def _compile_cache(tmp_path_factory) -> Path:
 
 
 @pytest.fixture(scope="session", autouse=True)
-def _shared_compile_cache(tmp_path_factory):
+def _isolated_from_the_users_folders(tmp_path_factory):
+    """No test reads or writes the user's dataset folders or compile cache. For the whole session, so that
+    module-scoped fixtures (trained runs, sweeps) set up before any test's own fixtures are isolated too."""
     import jax
 
     where = _compile_cache(tmp_path_factory)
     where.mkdir(parents=True, exist_ok=True)
     jax.config.update("jax_compilation_cache_dir", str(where))
     jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.2)
-
-
-# Make sure no test ever reads or writes the user's real dataset folders.
-@pytest.fixture(autouse=True)
-def _isolated_data_dirs(tmp_path_factory, monkeypatch):
     root = tmp_path_factory.getbasetemp()
-    monkeypatch.setenv("MBRL_DATA_DIR", str(root / "mbrl-datasets"))
-    monkeypatch.setenv("MINARI_DATASETS_PATH", str(root / "mbrl-datasets"))
-    monkeypatch.setenv("MBRL_CACHE_DIR", str(_compile_cache(tmp_path_factory)))  # `mbrl train` keeps compiles on disk
-    # Populations vmap their members: the same numbers on every machine, and no layout probe per test
-    # (tests/test_train.py checks the probe and the mapped layout).
-    monkeypatch.setenv("MBRL_MEMBER_LAYOUT", "vmap")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("MBRL_DATA_DIR", str(root / "mbrl-datasets"))
+        patch.setenv("MINARI_DATASETS_PATH", str(root / "mbrl-datasets"))
+        patch.setenv("MBRL_CACHE_DIR", str(where))  # `mbrl train` keeps compiles (and measured layouts) there
+        # Populations vmap their members: the same numbers on every machine, and no layout probe per run
+        # (tests/test_train.py checks the probe and the mapped layout).
+        patch.setenv("MBRL_MEMBER_LAYOUT", "vmap")
+        yield
 
 
 LOOPBACK_DDS = ('<CycloneDDS><Domain id="any"><General><Interfaces><NetworkInterface address="127.0.0.1"/></Interfaces>'
