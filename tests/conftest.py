@@ -17,7 +17,8 @@ os.environ.setdefault("JAX_PLATFORMS", "cpu")
 def _xla_accepts(flag: str) -> bool:
     """Whether this jaxlib's XLA knows `flag`: an unknown flag in XLA_FLAGS aborts the process that starts JAX."""
     env = {**os.environ, "XLA_FLAGS": flag}
-    done = subprocess.run([sys.executable, "-c", "import jax; jax.devices()"], env=env, capture_output=True, timeout=300)
+    done = subprocess.run([sys.executable, "-c", "import jax; jax.devices()"], env=env, capture_output=True,
+                          timeout=300)
     return done.returncode == 0
 
 
@@ -26,11 +27,13 @@ def _xla_accepts(flag: str) -> bool:
 # time), although long loops such as FQE's run slower. The same programs, rounded differently in the last bits:
 # no test compares two different programs bit for bit or leans on one rounding. Set before JAX starts; xdist's
 # workers and every subprocess inherit them. The emitters' flag is checked first: a later XLA may drop it.
+LEVEL_0, OLDER_EMITTERS = "--xla_backend_optimization_level=0", "--xla_cpu_use_fusion_emitters=false"
+FAST_COMPILE_FLAGS = (LEVEL_0, OLDER_EMITTERS)
 _flags = os.environ.get("XLA_FLAGS", "")
 if "xla_backend_optimization_level" not in _flags:
-    _flags = f"{_flags} --xla_backend_optimization_level=0".strip()
-if "xla_cpu_use_fusion_emitters" not in _flags and _xla_accepts("--xla_cpu_use_fusion_emitters=false"):
-    _flags = f"{_flags} --xla_cpu_use_fusion_emitters=false"
+    _flags = f"{_flags} {LEVEL_0}".strip()
+if "xla_cpu_use_fusion_emitters" not in _flags and _xla_accepts(OLDER_EMITTERS):
+    _flags = f"{_flags} {OLDER_EMITTERS}"
 os.environ["XLA_FLAGS"] = _flags
 
 # The slowest files first (longest-processing-time-first), so that the two xdist workers, which take whole files in
@@ -71,6 +74,14 @@ def _isolated_from_the_users_folders(tmp_path_factory):
         # (tests/test_train.py checks the probe and the mapped layout).
         patch.setenv("MBRL_MEMBER_LAYOUT", "vmap")
         yield
+
+
+@pytest.fixture(scope="session")
+def default_compile_env():
+    """The environment without this file's fast-compile flags: a child process started with it compiles as a
+    user's run does (the user's own XLA_FLAGS kept)."""
+    flags = " ".join(f for f in os.environ.get("XLA_FLAGS", "").split() if f not in FAST_COMPILE_FLAGS)
+    return {**os.environ, "XLA_FLAGS": flags}
 
 
 LOOPBACK_DDS = ('<CycloneDDS><Domain id="any"><General><Interfaces><NetworkInterface address="127.0.0.1"/></Interfaces>'

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -83,14 +82,13 @@ def closed_form_fits(out_path: str) -> None:
 
 
 @pytest.fixture(scope="module")
-def fits(tmp_path_factory):
+def fits(tmp_path_factory, default_compile_env):
     """The fits in a child process at XLA's own compile settings, as a user's `mbrl ope` runs: their 15,000 steps run
     several times faster there than under the suite's fast-compile flags (conftest.py)."""
     out = tmp_path_factory.mktemp("fqe") / "fits.json"
-    ours = ("--xla_backend_optimization_level", "--xla_cpu_use_fusion_emitters")
-    flags = " ".join(f for f in os.environ.get("XLA_FLAGS", "").split() if not f.startswith(ours))
-    code = f"import sys; sys.path.insert(0, {str(Path(__file__).parent)!r}); import test_ope; test_ope.closed_form_fits(sys.argv[1])"
-    done = subprocess.run([sys.executable, "-c", code, str(out)], env={**os.environ, "XLA_FLAGS": flags},
+    code = (f"import sys; sys.path.insert(0, {str(Path(__file__).parent)!r}); import test_ope; "
+            "test_ope.closed_form_fits(sys.argv[1])")
+    done = subprocess.run([sys.executable, "-c", code, str(out)], env=default_compile_env,
                           capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-4000:]
     fitted = json.loads(out.read_text())
