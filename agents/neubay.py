@@ -36,6 +36,7 @@ from mbrl.agents.memory import Memory, MemoryConfig, initial_carry
 from mbrl.agents import neubay_presets
 from mbrl.agents.base import AlgorithmEntry, scan_updates, static_when_zero, traced, traced_values
 from mbrl.agents.networks import ObsScale, anchor_error, masked_mean
+from mbrl.agents.sac_n import narrow_action_notice
 from mbrl.core.tanh_gaussian import LOG_STD_MAX, LOG_STD_MIN, sample_tanh_gaussian, tanh_gaussian_mode
 from mbrl.core.errors import ConfigError
 from mbrl.core.sequence_replay import SequenceBatch
@@ -52,6 +53,9 @@ class NeubayConfig:
         `model.head_n_layers` 2, `model.num_critics` 10, `model.sampled_critics` 2.
     init_alpha, target_entropy_ratio: `model.init_alpha` 0.2, `model.target_alpha_ratio` 1.0 (target
         entropy -ratio·|A|); None keeps alpha fixed (the hopper presets).
+    target_entropy: not in NEUBAY. The target entropy itself, in place of -ratio·|A| (set: alpha is tuned towards
+        it whatever the ratio). Where the data's actions sit against a bound (Simglucose) the preset lowers it as
+        every SAC-based agent's (`mbrl.agents.presets.TARGET_ENTROPY`).
     *_encoder_lr, *_head_lr, *_lr_ratio, alpha_lr, weight_decay, adam_eps, gradient_scale, gamma, tau,
         real_weight: `train.*` (1e-5, 1e-4, critic ratio 1.0 = constant, actor ratio 0.0 = cosine decay
         to 0 over the run, 1e-4, 0, 1e-8, clip at 1000, 0.99, 0.005, 0.05).
@@ -96,6 +100,7 @@ class NeubayConfig:
     sampled_critics: int = 2
     init_alpha: float = traced(0.2)
     target_entropy_ratio: float | None = 1.0
+    target_entropy: float | None = None
     critic_encoder_lr: float = traced(1e-5)
     critic_head_lr: float = traced(1e-4)
     actor_encoder_lr: float = traced(1e-5)
@@ -264,10 +269,19 @@ class Neubay:
         self.actor_tx = self._optimizer(config.actor_lr_ratio, decay_steps)
         self.alpha_tx = optax.scale_by_adam()
         ratio = config.target_entropy_ratio
-        self.target_entropy = None if ratio is None else -float(act_dim) * ratio
+        if config.target_entropy is not None:
+            self.target_entropy = float(config.target_entropy)
+        else:
+            self.target_entropy = None if ratio is None else -float(act_dim) * ratio
 
     def hypers(self) -> dict:
         return {"neubay": traced_values(self.config)}
+
+    def data_notice(self, actions) -> str | None:
+        """`mbrl.agents.base.DataNoticer`: whether the temperature's target entropy is out of the data's reach."""
+        if self.target_entropy is None:
+            return None
+        return narrow_action_notice(self.target_entropy, actions, "--neubay.target-entropy")
 
     @property
     def sequence_settings(self) -> NeubayConfig:

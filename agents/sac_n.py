@@ -133,17 +133,18 @@ def sac_rules(config) -> dict:
     return {}
 
 
-def narrow_action_notice(target: float, actions) -> str | None:
+def narrow_action_notice(target: float, actions, option: str = "--sac.target-entropy") -> str | None:
     """A one-line note when the data's actions have less entropy (a Gaussian fitted per dimension) than the `target`
     entropy the temperature is tuned towards: the temperature then grows until the actor's actions leave the data's,
-    as on Simglucose, whose insulin sits against its lower bound (docs/findings.md). None otherwise."""
+    as on Simglucose, whose insulin sits against its lower bound (docs/findings.md). None otherwise. `option` is the
+    command-line option that sets the target."""
     actions = np.asarray(actions, dtype=np.float64)
     data_entropy = float(gaussian_entropy(jnp.log(np.maximum(actions.std(axis=0), 1e-6))))
     if data_entropy >= target:
         return None
     return (f"note: the data's actions have entropy {data_entropy:.2f} (a Gaussian per dimension), below SAC's target "
             f"entropy {target:g}; the temperature will push the actor away from them (docs/findings.md, Simglucose). "
-            f"--sac.target-entropy below {data_entropy:.2f} keeps it near them")
+            f"{option} below {data_entropy:.2f} keeps it near them")
 
 
 @struct.dataclass

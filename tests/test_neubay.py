@@ -308,3 +308,24 @@ def test_presets_carry_the_papers_per_dataset_values():
     assert quick.neubay.target_entropy_ratio == 1.0 and quick.ensemble.num_members < 128
     # The quick preset anchors the actor to the data (not in the paper), like MOPO's and RAVL's.
     assert config.neubay.actor_bc_coef == 0.0 and quick.neubay.actor_bc_coef == 2.5
+
+
+def test_simglucose_lowers_the_target_entropy_as_for_the_sac_based_agents():
+    # Simglucose's insulin sits against the action's lower bound, where -|A| pulls the actor off the data.
+    # At the paper's alpha lr, Adam moves log alpha by about 1e-4 an update: too slow to fall in a short run.
+    for preset in ("quick", "paper"):
+        simglucose = config_io.build("neubay", "neorl2:Simglucose", preset).neubay
+        assert (simglucose.target_entropy, simglucose.alpha_lr) == (-5.0, 1e-3)
+        for other in ("neorl2:DMSD", "hopper-medium"):
+            section = config_io.build("neubay", other, preset).neubay
+            assert (section.target_entropy, section.alpha_lr) == (None, 1e-4)
+    # A Gaussian of std 0.03 has entropy 0.5 * ln(2 pi e 0.03^2) = -2.09 per dimension: -4.17 for two.
+    narrow = np.random.default_rng(0).normal(-0.99, 0.03, size=(100_000, ACT))
+    default = Neubay(TINY, OBS, ACT)
+    assert default.target_entropy == -ACT  # -ratio * |A|
+    notice = default.data_notice(narrow)
+    assert notice is not None and "--neubay.target-entropy below -4.17" in notice
+    lowered = Neubay(dataclasses.replace(TINY, target_entropy=-5.0), OBS, ACT)
+    assert lowered.target_entropy == -5.0 and lowered.data_notice(narrow) is None
+    fixed = Neubay(dataclasses.replace(TINY, target_entropy_ratio=None), OBS, ACT)
+    assert fixed.target_entropy is None and fixed.data_notice(narrow) is None
