@@ -325,6 +325,15 @@ class Trainer:
         from mbrl.evaluate import evaluate
 
         members = len(seeds)
+        reset_seeds = [eval_seed + s * episodes + i for s in seeds for i in range(episodes)]
+        result = evaluate(self.lockstep_policy(state, members, episodes), task, episodes=members * episodes,
+                          seed=reset_seeds)
+        return evaluation_record(result.returns.reshape(members, episodes), ref_scores,
+                                 result.lengths.reshape(members, episodes))
+
+    def lockstep_policy(self, state: TrainState, members: int, episodes: int):
+        """The deterministic policies of all members as one lockstep policy of `members * episodes` slots (member m's
+        episodes in slots m * episodes, ...), recurrent ones carrying their memory along each slot's episode."""
         params = self.agent.actor_params(state.agent)
         carry = jax.tree.map(lambda x: x.reshape(members, episodes, *x.shape[1:]),
                              self.agent.initial_carry(members * episodes))
@@ -335,10 +344,7 @@ class Trainer:
             actions, carry = self.policy(params, carry, shaped)
             return np.asarray(actions).reshape(members * episodes, -1)
 
-        reset_seeds = [eval_seed + s * episodes + i for s in seeds for i in range(episodes)]
-        result = evaluate(policy, task, episodes=members * episodes, seed=reset_seeds)
-        return evaluation_record(result.returns.reshape(members, episodes), ref_scores,
-                                 result.lengths.reshape(members, episodes))
+        return policy
 
 
 POPULATION_AXIS = "population"
