@@ -9,8 +9,9 @@ Usage (run by hand from the project's root; the peer is not a dependency of the 
     # __init__.py, so setup.py's find_packages() skips it). Install the same source from git instead, editable:
     /work/peer-venv/bin/pip uninstall -y offlinerl
     /work/peer-venv/bin/pip install --no-deps -e PATH/OfflineRL      # polixir/OfflineRL at ea1a446 (2024-11-26)
-    # (CQL was run against a7db458, 2023-12-05, the stored mirror's head. Its offlinerl/utils/env.py imports NeoRL v1's
-    # `neorl` package at import time, for environments the harness never makes: an empty module stands in for it. Its
+    # (CQL, and BC at three seeds with --peer-val, were run against a7db458, 2023-12-05, the stored mirror's head:
+    # its BC needs a val file, its MOPO is an earlier one the harness cannot run. Its offlinerl/utils/env.py imports
+    # NeoRL v1's `neorl` package at import time, for environments the harness never makes: an empty module stands in for it. Its
     # BaseAlgo logs through aim 2's `aim.Session`, which the aim 3 that pip resolves lacks: a logger that records
     # nothing stands in for it; training is untouched.)
     .venv/bin/python scripts/experiments/neorl2_peer.py --steps 10000 --seeds 0 --episodes 100
@@ -154,7 +155,11 @@ def peer_train(a) -> None:
     val_buffer = _npz_buffer(a.val) if a.val else None
     obs_dim, act_dim = train_buffer.obs.shape[1], train_buffer.act.shape[1]
     if a.algo == "mopo":
-        import offlinerl.algo.modelbase.model_base as model_base
+        try:
+            import offlinerl.algo.modelbase.model_base as model_base
+        except ModuleNotFoundError:
+            raise SystemExit("neorl2_peer: this OfflineRL has no offlinerl.algo.modelbase.model_base: its MOPO is an "
+                             "earlier implementation than ea1a446's, which the MOPO side needs") from None
 
         model_base.get_env_obs_act_spaces = lambda task: (  # neorl2's DMSD boxes, stored and never used in training
             Box(-np.inf, np.inf, (obs_dim,), np.float32), Box(-1.0, 1.0, (act_dim,), np.float32))
@@ -182,6 +187,8 @@ def peer_train(a) -> None:
     kwargs = {"algo_name": a.algo, "task": TASK, "seed": a.seed, "exp_name": f"{TASK}-{a.algo}",
               "aim_path": str(out / "aim")}
     algo_init_fn, trainer_cls, config = algo_select(kwargs)
+    if a.algo == "bc" and val_buffer is None and "len(val_buffer)" in inspect.getsource(trainer_cls.train):
+        raise SystemExit("neorl2_peer: this OfflineRL's BC keeps its best epoch on a val file: give --peer-val")
     config.update(PEER_HYPERS[a.algo])
     if a.algo == "cql":
         config["policy_bc_steps"] = bc_warm_start(a.steps)
