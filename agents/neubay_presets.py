@@ -25,7 +25,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from mbrl.agents.presets import DETERMINISTIC_IMAGINATION, TARGET_ENTROPY
+from mbrl.agents.presets import DETERMINISTIC_IMAGINATION, LOW_TARGET_ALPHA_LR, TARGET_ENTROPY
 
 # configs/d4rl_loco/task/*.yaml: (encoder lr for actor and critic, real_weight, fixed alpha).
 # `model.target_alpha_ratio: null` (alpha fixed at 0.2) on the hopper datasets.
@@ -85,14 +85,6 @@ PRESETS: dict[str, dict[str, Any]] = {
         "schedule": {"epochs": 40, "updates_per_epoch": 200, "eval_every": 10, "eval_episodes": 5},  # RAVL quick's budget
     },
 }
-
-
-# Where the data's actions sit against a bound (`TARGET_ENTROPY`), the temperature must fall far within the budget. At
-# the paper's alpha lr (1e-4) Adam moves log alpha by about 1e-4 an update whatever the target: over the quick preset's
-# 8,000 updates alpha only went from 0.2 to 0.1, its entropy term pushed the dose off the data's (-0.97 in the
-# simulator, the data's -0.9915) and NEUBAY scored 25.3 on Simglucose. At 1e-3 alpha fell to 0.004, the dose stayed at
-# the data's (-0.990) and it scored 62.7 (3 seeds; docs/neorl2.md, "NEUBAY on Simglucose").
-LOW_TARGET_ALPHA_LR = 1e-3
 
 
 # Where a measurement on the task found the anchored quick preset held at the data's level and the pure agent above

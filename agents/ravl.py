@@ -12,8 +12,9 @@ Defaults and presets: anyasims/edge-of-reach train_ravl_agent.py (`PRESETS` belo
 from __future__ import annotations
 
 from mbrl.agents.base import IMAGINATION_FIELDS, AlgorithmEntry
-from mbrl.agents.presets import (ANCHOR_REAL_RATIO, FIT_QUICK, IMAGINATION_PAPER, IMAGINATION_QUICK,
-                                 imagination_per_dataset, with_sac_per_dataset, without_anchor)
+from mbrl.agents.base import merge_sections
+from mbrl.agents.presets import (ANCHOR_REAL_RATIO, FIT_QUICK, IMAGINATION_PAPER, IMAGINATION_QUICK, LOW_TARGET_ALPHA_LR,
+                                 TARGET_ENTROPY, imagination_per_dataset, with_sac_per_dataset, without_anchor)
 from mbrl.agents.sac_n import SACNAgent, SACNConfig, real_rows, sac_rules
 
 
@@ -64,9 +65,11 @@ WITHOUT_ANCHOR = {"dmsd": "docs/neorl2.md, RAVL on DMSD"}
 
 def per_dataset(dataset: str | None) -> dict:
     """The imagination every flat-rollout algorithm takes on `dataset` (`mbrl.agents.presets`); without the anchor
-    where `WITHOUT_ANCHOR` says so."""
+    where `WITHOUT_ANCHOR` says so; a temperature fast enough for its 8,000 updates where `TARGET_ENTROPY` is low."""
     out = {"imagination": imagination_per_dataset(dataset)}
     out = with_sac_per_dataset(without_anchor(out) if dataset in WITHOUT_ANCHOR else out, dataset)
+    if dataset in TARGET_ENTROPY:
+        out = merge_sections(out, {"sac": {"alpha_lr": LOW_TARGET_ALPHA_LR}})
     return {name: values for name, values in out.items() if values}
 
 
