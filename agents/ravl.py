@@ -11,8 +11,7 @@ Defaults and presets: anyasims/edge-of-reach train_ravl_agent.py (`PRESETS` belo
 
 from __future__ import annotations
 
-from mbrl.agents.base import IMAGINATION_FIELDS, AlgorithmEntry
-from mbrl.agents.base import merge_sections
+from mbrl.agents.base import IMAGINATION_FIELDS, AlgorithmEntry, merge_sections
 from mbrl.agents.presets import (ANCHOR_REAL_RATIO, FIT_QUICK, IMAGINATION_PAPER, IMAGINATION_QUICK, LOW_TARGET_ALPHA_LR,
                                  TARGET_ENTROPY, imagination_per_dataset, with_sac_per_dataset, without_anchor)
 from mbrl.agents.sac_n import SACNAgent, SACNConfig, real_rows, sac_rules

@@ -11,9 +11,9 @@ Usage (run by hand from the project's root; the peer is not a dependency of the 
     /work/peer-venv/bin/pip install --no-deps -e PATH/OfflineRL      # polixir/OfflineRL at ea1a446 (2024-11-26)
     # (CQL, and BC at three seeds with --peer-val, were run against a7db458, 2023-12-05, the stored mirror's head:
     # its BC needs a val file, its MOPO is an earlier one the harness cannot run. Its offlinerl/utils/env.py imports
-    # NeoRL v1's `neorl` package at import time, for environments the harness never makes: an empty module stands in for it. Its
-    # BaseAlgo logs through aim 2's `aim.Session`, which the aim 3 that pip resolves lacks: a logger that records
-    # nothing stands in for it; training is untouched.)
+    # NeoRL v1's `neorl` package at import time, for environments the harness never makes: an empty module stands
+    # in for it. Its BaseAlgo logs through aim 2's `aim.Session`, which the aim 3 that pip resolves lacks: a logger
+    # that records nothing stands in for it; training is untouched.)
     .venv/bin/python scripts/experiments/neorl2_peer.py --steps 10000 --seeds 0 --episodes 100
 
 The driver runs under the project's venv. For each (side, algo, seed) it trains in a subprocess:

@@ -3,7 +3,7 @@
 
     python scripts/experiments/policy_actions.py RUN_DIR --episodes 10
 
-Used for Simglucose, whose data doses insulin at -0.9915 on [-1, 1] (docs/neorl2.md, "NEUBAY on Simglucose"): a
+Used for Simglucose, whose data doses insulin at -0.9915 on [-1, 1] (docs/neorl2.md, "RAVL and NEUBAY on Simglucose"): a
 policy dosing more sends the simulated patients' glucose out of range and ends their episodes early. Episode i of
 seed s resets with `--eval-seed` + s * episodes + i, as `mbrl eval` does.
 """
@@ -29,7 +29,11 @@ def main(argv=None) -> None:
     parser.add_argument("--episodes", type=int, default=10, help="episodes per seed")
     parser.add_argument("--eval-seed", type=int, default=0)
     a = parser.parse_args(argv)
+    if a.episodes < 1:
+        parser.error(f"--episodes: expected a positive int, found {a.episodes}")
     loaded = load_run(a.run)
+    if loaded.facts.get("task") is None:
+        parser.error(f"{a.run}: run.json names no simulator task; this run's dataset has none to act in")
     seeds, members = list(loaded.seeds), len(loaded.seeds)
     policy = loaded.trainer.lockstep_policy(loaded.state, members, a.episodes)
     taken = []
