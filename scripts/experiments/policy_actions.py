@@ -3,9 +3,9 @@
 
     python scripts/experiments/policy_actions.py RUN_DIR --episodes 10
 
-Used for Simglucose, whose data doses insulin at -0.9915 on [-1, 1] (docs/neorl2.md, "RAVL and NEUBAY on Simglucose"): a
-policy dosing more sends the simulated patients' glucose out of range and ends their episodes early. Episode i of
-seed s resets with `--eval-seed` + s * episodes + i, as `mbrl eval` does.
+Used for Simglucose, whose data doses insulin at -0.9915 on [-1, 1] (docs/neorl2.md, "RAVL and NEUBAY on
+Simglucose"): a policy dosing more sends the simulated patients' glucose out of range and ends their episodes early.
+Episode i of seed s resets with `--eval-seed` + s * episodes + i, as `mbrl eval` does.
 """
 
 from __future__ import annotations
