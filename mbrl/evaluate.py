@@ -58,6 +58,12 @@ def _resolve(task_or_env_id: Task | str) -> tuple[str, Task | None]:
     return task_or_env_id, task_for_env_id(task_or_env_id)
 
 
+def member_reset_seeds(seeds: Sequence[int], episodes: int, eval_seed: int = 0) -> list[int]:
+    """The reset seeds of a population's evaluation, member after member: episode i of the member with training seed
+    s resets with `eval_seed + s * episodes + i`, so a member's score does not depend on which others ran with it."""
+    return [eval_seed + s * episodes + i for s in seeds for i in range(episodes)]
+
+
 def evaluate(
     policy_fn: PolicyFn,
     task_or_env_id: Task | str,

@@ -322,12 +322,11 @@ class Trainer:
         along each episode.
         """
         from mbrl.core.score import evaluation_record
-        from mbrl.evaluate import evaluate
+        from mbrl.evaluate import evaluate, member_reset_seeds
 
         members = len(seeds)
-        reset_seeds = [eval_seed + s * episodes + i for s in seeds for i in range(episodes)]
         result = evaluate(self.lockstep_policy(state, members, episodes), task, episodes=members * episodes,
-                          seed=reset_seeds)
+                          seed=member_reset_seeds(seeds, episodes, eval_seed))
         return evaluation_record(result.returns.reshape(members, episodes), ref_scores,
                                  result.lengths.reshape(members, episodes))
 

@@ -288,14 +288,10 @@ class NumpyPolicy:
         return err
 
 
-def reset_seeds(eval_seed: int, seed: int, episodes: int) -> list[int]:
-    return [eval_seed + seed * episodes + i for i in range(episodes)]  # as mbrl.train's Trainer.evaluate
-
-
 def run_peer(a, algo: str, seed: int, out: Path) -> dict:
     from mbrl.envs import lockstep
     from mbrl.envs.tasks import get_task
-    from mbrl.evaluate import evaluate
+    from mbrl.evaluate import evaluate, member_reset_seeds
 
     directory = out / "runs" / f"peer-{algo}-s{seed}"
     if directory.exists():
@@ -314,7 +310,8 @@ def run_peer(a, algo: str, seed: int, out: Path) -> dict:
     policy = NumpyPolicy(directory)
     probe_err = policy.check()
     t1 = time.perf_counter()
-    result = evaluate(lockstep.markov(policy), get_task(TASK), episodes=a.episodes, seed=reset_seeds(a.eval_seed, seed, a.episodes))
+    result = evaluate(lockstep.markov(policy), get_task(TASK), episodes=a.episodes,
+                      seed=member_reset_seeds([seed], a.episodes, a.eval_seed))
     meta = policy.meta
     return {"side": "peer", "impl": f"polixir/OfflineRL {meta.get('commit', 'ea1a446')} (torch, CPU)", "algo": algo, "seed": seed,
             "normalized_score": normalized(result.mean), "return_mean": result.mean, "return_std": result.std,
@@ -352,7 +349,7 @@ def run_ours(a, algo: str, seed: int, out: Path) -> dict:
     loaded = load_run(directory)
     t1 = time.perf_counter()
     res = loaded.trainer.evaluate(loaded.state, get_task(TASK), loaded.seeds, REF_SCORES, episodes=a.episodes,
-                                  eval_seed=a.eval_seed)  # mbrl.evaluate.evaluate, reset seeds as reset_seeds()
+                                  eval_seed=a.eval_seed)  # mbrl.evaluate.evaluate, the same member_reset_seeds
     ret = float(res["return_mean"][0])
     fit = None
     if algo == "mopo":  # what model.json records of the world model's fit (seconds, epochs, stop reason)

@@ -19,7 +19,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 import numpy as np  # noqa: E402
 
 from mbrl.envs.tasks import get_task  # noqa: E402
-from mbrl.evaluate import evaluate  # noqa: E402
+from mbrl.evaluate import evaluate, member_reset_seeds  # noqa: E402
 from mbrl.train import load_run  # noqa: E402
 
 
@@ -43,8 +43,8 @@ def main(argv=None) -> None:
         taken.append(actions)
         return actions
 
-    reset = [a.eval_seed + s * a.episodes + i for s in seeds for i in range(a.episodes)]
-    result = evaluate(recording, get_task(loaded.facts["task"]), episodes=members * a.episodes, seed=reset)
+    result = evaluate(recording, get_task(loaded.facts["task"]), episodes=members * a.episodes,
+                      seed=member_reset_seeds(seeds, a.episodes, a.eval_seed))
     actions = np.stack(taken, axis=1)  # (slots, steps, act_dim); a slot's steps after its episode's end are not its own
     for m, seed in enumerate(seeds):
         slots = range(m * a.episodes, (m + 1) * a.episodes)
