@@ -135,6 +135,15 @@ def _layers(seq) -> list:
     return ops
 
 
+USAGE_EXIT = 2  # a peer run refused for how it was asked (a missing option, a peer version that lacks a part)
+
+
+def usage_error(message: str):
+    """One line on stderr and exit status 2 (the driver passes both on)."""
+    print(message, file=sys.stderr)
+    sys.exit(USAGE_EXIT)
+
+
 def peer_train(a) -> None:
     import torch
 
@@ -158,8 +167,8 @@ def peer_train(a) -> None:
         try:
             import offlinerl.algo.modelbase.model_base as model_base
         except ModuleNotFoundError:
-            raise SystemExit("neorl2_peer: this OfflineRL has no offlinerl.algo.modelbase.model_base: its MOPO is an "
-                             "earlier implementation than ea1a446's, which the MOPO side needs") from None
+            usage_error("neorl2_peer: this OfflineRL has no offlinerl.algo.modelbase.model_base: its MOPO is an "
+                        "earlier implementation than ea1a446's, which the MOPO side needs")
 
         model_base.get_env_obs_act_spaces = lambda task: (  # neorl2's DMSD boxes, stored and never used in training
             Box(-np.inf, np.inf, (obs_dim,), np.float32), Box(-1.0, 1.0, (act_dim,), np.float32))
@@ -188,7 +197,7 @@ def peer_train(a) -> None:
               "aim_path": str(out / "aim")}
     algo_init_fn, trainer_cls, config = algo_select(kwargs)
     if a.algo == "bc" and val_buffer is None and "len(val_buffer)" in inspect.getsource(trainer_cls.train):
-        raise SystemExit("neorl2_peer: this OfflineRL's BC keeps its best epoch on a val file: give --peer-val")
+        usage_error("neorl2_peer: this OfflineRL's BC keeps its best epoch on a val file: give --peer-val")
     config.update(PEER_HYPERS[a.algo])
     if a.algo == "cql":
         config["policy_bc_steps"] = bc_warm_start(a.steps)
@@ -302,11 +311,14 @@ def run_peer(a, algo: str, seed: int, out: Path) -> dict:
         cmd += ["--val", str(a.peer_val)]
     env = dict(os.environ, PATH=f"{Path(a.peer_python).parent}:{os.environ.get('PATH', '')}")  # `aim init`
     t0 = time.perf_counter()
-    with open(out / "logs" / f"peer-{algo}-s{seed}.log", "w") as log:
+    log_path = out / "logs" / f"peer-{algo}-s{seed}.log"
+    with open(log_path, "w") as log:
         rc = subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=ROOT).returncode
     wall = time.perf_counter() - t0
     if rc != 0:
-        raise SystemExit(f"neorl2_peer: the peer's {algo} failed (exit {rc}); see {out / 'logs' / f'peer-{algo}-s{seed}.log'}")
+        last = [line for line in log_path.read_text(errors="replace").splitlines() if line.strip()][-1:] or ["no output"]
+        print(f"neorl2_peer: the peer's {algo} failed (exit {rc}): {last[0]} (log: {log_path})", file=sys.stderr)
+        sys.exit(2 if rc == USAGE_EXIT else 1)
     policy = NumpyPolicy(directory)
     probe_err = policy.check()
     t1 = time.perf_counter()
