@@ -188,12 +188,40 @@ class OnlineFinetuner(Protocol):
         ...
 
 
-def capability(agent: Any, name: str, what: str, where: str, algo: str) -> Any:
-    """`agent`'s optional method `name`, or a `ConfigError` naming `what` needs it (`where`: the run)."""
-    method = getattr(agent, name, None)
-    if method is None:
+class DemonstrationReader(OnPolicyLearner, Protocol):
+    """An on-policy algorithm whose `prepare` wants dataset rows (`demonstrations=`) for a behaviour-cloning phase:
+    on-policy imagination hands it as many rows as it imagined, drawn uniformly (PPO with `bc_init_iterations`)."""
+
+    demonstrations: bool  # True when it wants them (a property: it may depend on the config)
+
+
+# Every capability, by name: an optional method or flag of an algorithm, and the protocol that declares it. `mbrl/`
+# asks for one only through `capability`, which refuses a name not listed here.
+CAPABILITIES: dict[str, type] = {
+    "critic_values": CriticJudge,
+    "critic_gamma": CriticJudge,
+    "heldout_td_error": CriticJudge,
+    "data_notice": DataNoticer,
+    "offline_anchor": OnlineFinetuner,
+    "online_learner": OnlineFinetuner,
+    "reads_model": ModelReader,
+    "demonstrations": DemonstrationReader,
+}
+
+
+def capability(agent: Any, name: str, what: str | None = None, where: str = "", algo: str = "") -> Any:
+    """`agent`'s capability `name` (a key of `CAPABILITIES`: its method, or its flag's value), None where it has none.
+
+    `what`: the feature that needs it; then a missing capability is a `ConfigError` naming the feature, the run
+    (`where`) and the algorithm (`algo`) instead of None. A name outside `CAPABILITIES` (a typo) is a `ValueError`.
+    """
+    if name not in CAPABILITIES:
+        raise ValueError(f"capability {name!r}: not a declared capability; expected one of {sorted(CAPABILITIES)} "
+                         f"(mbrl.agents.base.CAPABILITIES)")
+    value = getattr(agent, name, None)
+    if value is None and what is not None:
         raise ConfigError(f"{where}: {what} needs an algorithm with {name}(); {algo} has none")
-    return method
+    return value
 
 
 def merge_sections(overrides: Mapping[str, Any], extra: Mapping[str, Any]) -> dict[str, Any]:
@@ -267,8 +295,6 @@ def compile_canonical(section):
 # -------------------------------------------------------------------------------------------------
 # An algorithm declares itself: its module's `ALGORITHM`, listed in `mbrl.agents.registry.MODULES`
 
-# The sections of a world model's kind (its architecture, its fit); `mbrl.config` defines them.
-MODEL_SECTIONS = {"mlp": ("ensemble", "fit"), "rwm": ("rwm", "rwm_fit"), None: ()}
 # The fields of the `imagination` section (`mbrl.config.ImaginationConfig`).
 IMAGINATION_FIELDS = ("horizon", "rollouts_per_epoch", "retain_epochs", "real_ratio", "per_seed_model",
                       "model_noise")
@@ -284,7 +310,9 @@ class AlgorithmEntry:
     make: (TrainConfig, obs_dim, act_dim, ObsScale | None) -> an `Algorithm`.
     presets: "quick" and "paper" -> nested overrides keyed like TrainConfig's sections (with their sources).
     per_dataset: dataset name (or None) -> more overrides on top of a preset (may be empty).
-    model_kind: the world model it fits by default: "mlp" (the ensemble), "rwm" (RWM-U) or None (no model).
+    model_kind: the name of the world-model kind it fits by default (a `mbrl.world_models.registry` entry: "mlp", the
+        ensemble; "rwm", RWM-U) or None (no model). A declaration: the roof (`mbrl.config`) checks it against the
+        world-model registry and adds that kind's sections to what the algorithm reads.
     imagination_fields: the fields of the `imagination` section it reads (empty: none).
     compiled_schedule: TrainConfig -> the schedule fields, besides updates_per_epoch, its compiled program reads.
     finalize: TrainConfig -> {section: replacement}: its rules across sections, run when a config is built; raises
@@ -292,6 +320,8 @@ class AlgorithmEntry:
     smoke: the smallest sizes of its own sections that still exercise every part (tests, smoke runs).
     space: its shipped search space (`mbrl sweep --space NAME`), keyed as a TOML space file is
         (`mbrl.sweep.space`): option -> {low, high[, log, step]} or {choices}; empty: none.
+    scales_observations: its networks take the run's observation scale (`normalize_obs`, `ignore_obs_dims`); False
+        for one that standardises its observations itself and refuses those.
     """
 
     name: str
@@ -305,10 +335,11 @@ class AlgorithmEntry:
     finalize: Callable[[Any], dict[str, Any]] = lambda config: {}
     smoke: Mapping[str, Mapping[str, Any]] = dataclasses.field(default_factory=dict)
     space: Mapping[str, Mapping[str, Any]] = dataclasses.field(default_factory=dict)
+    scales_observations: bool = True
 
     def __post_init__(self):
-        if self.model_kind not in MODEL_SECTIONS:
-            raise ValueError(f"{self.name}: model_kind {self.model_kind!r}; expected one of {list(MODEL_SECTIONS)}")
+        if self.model_kind is not None and not isinstance(self.model_kind, str):
+            raise ValueError(f"{self.name}: model_kind {self.model_kind!r}; expected a world-model kind's name or None")
         if self.imagination_fields and self.model_kind is None or set(self.imagination_fields) - set(IMAGINATION_FIELDS):
             raise ValueError(f"{self.name}: imagination fields {self.imagination_fields} need a model and must be "
                              f"among {IMAGINATION_FIELDS}")
@@ -320,14 +351,10 @@ class AlgorithmEntry:
         return self.model_kind is not None
 
     @property
-    def model_sections(self) -> tuple[str, ...]:
-        """The config sections that define its world model (its architecture and its fit)."""
-        return MODEL_SECTIONS[self.model_kind]
-
-    @property
     def reads(self) -> tuple[str, ...]:
-        """Every section it reads, besides those every run has (schedule, select, logging)."""
-        return (*self.sections, *(("imagination",) if self.imagination_fields else ()), *self.model_sections)
+        """The sections it reads of its own: its sections and imagination. Those of its world model and those every
+        run has (schedule, select, logging) come on top (`mbrl.config.sections_read`)."""
+        return (*self.sections, *(("imagination",) if self.imagination_fields else ()))
 
     @property
     def hyper_fields(self) -> dict[str, tuple[str, ...]]:

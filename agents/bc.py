@@ -18,8 +18,8 @@ from flax import struct
 
 from mbrl.agents.base import AlgorithmEntry, scan_updates, traced, traced_values
 from mbrl.agents.networks import DeterministicActor, ObsScale, scaled
+from mbrl.core import checks
 from mbrl.core.nn import MLP
-from mbrl.core.errors import ConfigError
 from mbrl.core.types import Transitions
 
 
@@ -37,12 +37,9 @@ class BCConfig:
     batch_size: int = 256
 
     def __post_init__(self):
-        if not self.hidden_sizes or any(int(w) < 1 for w in self.hidden_sizes):
-            raise ConfigError(f"bc.hidden_sizes: expected positive widths, found {tuple(self.hidden_sizes)}")
-        if not self.learning_rate > 0:
-            raise ConfigError(f"bc.learning_rate: expected a value > 0, found {self.learning_rate}")
-        if self.batch_size < 1:
-            raise ConfigError(f"bc.batch_size: expected a positive int, found {self.batch_size}")
+        checks.widths("bc", self.hidden_sizes)
+        checks.positive("bc", self, "learning_rate")
+        checks.positive_ints("bc", self, "batch_size")
 
 
 @struct.dataclass

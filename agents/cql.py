@@ -31,6 +31,7 @@ from mbrl.agents.networks import ObsScale
 from mbrl.agents.presets import with_sac_per_dataset
 from mbrl.agents.sac import OnlineSAC
 from mbrl.agents.sac_n import SACN, SACNAgent, SACNConfig, SACNState
+from mbrl.core import checks
 from mbrl.core.errors import ConfigError
 from mbrl.core.tanh_gaussian import sample_tanh_gaussian, tanh_gaussian_log_prob
 from mbrl.core.types import Transitions
@@ -67,13 +68,9 @@ class CQLConfig:
     policy_bc_steps: int = 0
 
     def __post_init__(self):
-        if not self.cql_weight >= 0:
-            raise ConfigError(f"cql.cql_weight: expected a value >= 0, found {self.cql_weight}")
-        for name in ("cql_temperature", "cql_alpha_lr"):
-            if not getattr(self, name) > 0:
-                raise ConfigError(f"cql.{name}: expected a value > 0, found {getattr(self, name)}")
-        if isinstance(self.num_samples, bool) or not isinstance(self.num_samples, int) or self.num_samples < 1:
-            raise ConfigError(f"cql.num_samples: expected a positive int, found {self.num_samples!r}")
+        checks.non_negative("cql", self, "cql_weight")
+        checks.positive("cql", self, "cql_temperature", "cql_alpha_lr")
+        checks.positive_ints("cql", self, "num_samples")
         if self.min_q_version not in MIN_Q_VERSIONS:
             raise ConfigError(f"cql.min_q_version: expected one of {MIN_Q_VERSIONS}, found {self.min_q_version!r}")
         if self.with_lagrange and self.cql_weight == 0:

@@ -29,6 +29,7 @@ from flax import struct
 
 from mbrl.agents.base import AlgorithmEntry, scan_updates, traced, traced_values
 from mbrl.agents.networks import CriticEnsemble, ObsScale, scaled
+from mbrl.core import checks
 from mbrl.core.errors import ConfigError
 from mbrl.core.nn import MLP
 from mbrl.core.types import Transitions
@@ -69,21 +70,13 @@ class IQLConfig:
     reward_scale: float = 1.0
 
     def __post_init__(self):
-        if not self.hidden_sizes or any(int(w) < 1 for w in self.hidden_sizes):
-            raise ConfigError(f"iql.hidden_sizes: expected positive widths, found {tuple(self.hidden_sizes)}")
-        for name in ("actor_lr", "critic_lr", "value_lr", "max_weight", "reward_scale"):
-            if not getattr(self, name) > 0:
-                raise ConfigError(f"iql.{name}: expected a value > 0, found {getattr(self, name)}")
-        if not 0.0 < self.gamma <= 1.0:
-            raise ConfigError(f"iql.gamma: expected a value in (0, 1], found {self.gamma}")
-        if not 0.0 < self.tau <= 1.0:
-            raise ConfigError(f"iql.tau: expected a value in (0, 1], found {self.tau}")
+        checks.widths("iql", self.hidden_sizes)
+        checks.positive("iql", self, "actor_lr", "critic_lr", "value_lr", "max_weight", "reward_scale")
+        checks.rates("iql", self, "gamma", "tau")
         if not 0.0 < self.expectile < 1.0:
             raise ConfigError(f"iql.expectile: expected a value in (0, 1), found {self.expectile}")
-        if not self.beta >= 0:
-            raise ConfigError(f"iql.beta: expected a value >= 0, found {self.beta}")
-        if isinstance(self.batch_size, bool) or not isinstance(self.batch_size, int) or self.batch_size < 1:
-            raise ConfigError(f"iql.batch_size: expected a positive int, found {self.batch_size!r}")
+        checks.non_negative("iql", self, "beta")
+        checks.positive_ints("iql", self, "batch_size")
         if self.actor_schedule not in ACTOR_SCHEDULES:
             raise ConfigError(f"iql.actor_schedule: expected one of {ACTOR_SCHEDULES}, found {self.actor_schedule!r}")
 

@@ -24,6 +24,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
+from mbrl.core import checks
 from mbrl.core.errors import ConfigError
 
 MEMORIES = ("lru", "gru")
@@ -46,9 +47,7 @@ class MemoryConfig:
     def __post_init__(self):
         if self.kind not in MEMORIES:
             raise ConfigError(f"memory: expected one of {MEMORIES}, found {self.kind!r}")
-        for name in ("d_model", "d_hidden", "num_layers"):
-            if getattr(self, name) < 1:
-                raise ConfigError(f"memory.{name}: expected a positive int, found {getattr(self, name)}")
+        checks.positive_ints("memory", self, "d_model", "d_hidden", "num_layers")
         if not 0.0 <= self.r_min < self.r_max < 1.0:
             raise ConfigError(f"memory: expected 0 <= r_min < r_max < 1, found {self.r_min}, {self.r_max}")
 

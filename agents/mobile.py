@@ -27,6 +27,7 @@ from mbrl.agents.networks import ObsScale
 from mbrl.agents.presets import (FIT_QUICK, IMAGINATION_PAPER, IMAGINATION_QUICK, imagination_per_dataset,
                                  with_sac_per_dataset)
 from mbrl.agents.sac_n import SACN, SACNAgent, SACNConfig, SACNState, real_rows, sac_rules
+from mbrl.core import checks
 from mbrl.core.errors import ConfigError
 from mbrl.core.types import Transitions
 
@@ -45,10 +46,8 @@ class MOBILEConfig:
     nonnegative_target: bool = True
 
     def __post_init__(self):
-        if not self.penalty_coef >= 0.0:
-            raise ConfigError(f"mobile.penalty_coef: expected a value >= 0, found {self.penalty_coef}")
-        if isinstance(self.num_samples, bool) or not isinstance(self.num_samples, int) or self.num_samples < 1:
-            raise ConfigError(f"mobile.num_samples: expected a positive int, found {self.num_samples!r}")
+        checks.non_negative("mobile", self, "penalty_coef")
+        checks.positive_ints("mobile", self, "num_samples")
 
 
 def bellman_spread(values: jax.Array) -> jax.Array:

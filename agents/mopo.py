@@ -18,7 +18,7 @@ from mbrl.agents.base import IMAGINATION_FIELDS, AlgorithmEntry, merge_sections,
 from mbrl.agents.presets import (ANCHOR_REAL_RATIO, FIT_QUICK, IMAGINATION_PAPER, IMAGINATION_QUICK, POSITION_DIMS,
                                  imagination_per_dataset, with_sac_per_dataset, without_anchor)
 from mbrl.agents.sac_n import SACNAgent, SACNConfig, real_rows, sac_rules
-from mbrl.core.errors import ConfigError
+from mbrl.core import checks
 
 
 @dataclasses.dataclass(frozen=True)
@@ -34,8 +34,7 @@ class MOPOConfig:
     uncertainty: str = "aleatoric_max"
 
     def __post_init__(self):
-        if not self.penalty_coef >= 0.0:
-            raise ConfigError(f"mopo.penalty_coef: expected a value >= 0, found {self.penalty_coef}")
+        checks.non_negative("mopo", self, "penalty_coef")
 
 
 def penalized_reward(reward: jax.Array, uncertainty: jax.Array, penalty_coef) -> jax.Array:

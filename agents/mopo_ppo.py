@@ -19,6 +19,7 @@ import jax.numpy as jnp
 from mbrl.agents.base import AlgorithmEntry, traced
 from mbrl.agents.mopo import penalized_reward
 from mbrl.agents.ppo import PPO, PPOConfig
+from mbrl.core import checks
 from mbrl.core.errors import ConfigError
 
 HEAD_MODES = ("per_trajectory", "per_step")
@@ -43,8 +44,7 @@ class MOPOPPOConfig:
     head_mode: str = "per_trajectory"
 
     def __post_init__(self):
-        if not self.penalty_coef >= 0.0:
-            raise ConfigError(f"mopo_ppo.penalty_coef: expected a value >= 0, found {self.penalty_coef}")
+        checks.non_negative("mopo_ppo", self, "penalty_coef")
         if not self.threshold_quantile <= 1.0:
             raise ConfigError(f"mopo_ppo.threshold_quantile: expected a value <= 1 (negative: never cut), found "
                               f"{self.threshold_quantile}")
@@ -119,6 +119,7 @@ def one_iteration_per_epoch(config) -> dict:
 ALGORITHM = AlgorithmEntry(
     name="mopo-ppo", sections={"ppo": PPOConfig, "mopo_ppo": MOPOPPOConfig}, make=make, presets=PRESETS,
     model_kind="rwm", imagination_fields=("horizon", "rollouts_per_epoch"), finalize=one_iteration_per_epoch,
+    scales_observations=False,
     smoke={"ppo": {"hidden_sizes": [16, 16], "learning_epochs": 5, "minibatches": 2, "bc_init_iterations": 1,
                    "bc_coef": 0.3}},
 )

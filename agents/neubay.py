@@ -24,19 +24,18 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Any
 
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
 import optax
-from flax import struct
 
 from mbrl.agents.memory import Memory, MemoryConfig, initial_carry
 from mbrl.agents import neubay_presets
 from mbrl.agents.base import AlgorithmEntry, scan_updates, static_when_zero, traced, traced_values
 from mbrl.agents.networks import ObsScale, anchor_error, masked_mean
-from mbrl.agents.sac_n import narrow_action_notice
+from mbrl.agents.sac_n import SACNState, narrow_action_notice, sac_tail
+from mbrl.core import checks
 from mbrl.core.tanh_gaussian import LOG_STD_MAX, LOG_STD_MIN, sample_tanh_gaussian, tanh_gaussian_mode
 from mbrl.core.errors import ConfigError
 from mbrl.core.sequence_replay import SequenceBatch
@@ -131,13 +130,9 @@ class NeubayConfig:
     actor_bc_coef: float = static_when_zero(0.0)
 
     def __post_init__(self):
-        positive = ("head_hidden", "head_layers", "num_critics",
-                    "sampled_critics", "num_sequences", "sequence_length", "parallel_size", "tape_capacity",
-                    "max_episode_steps", "rollout_chunk")
-        for name in positive:
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ConfigError(f"neubay.{name}: expected a positive int, found {value!r}")
+        checks.positive_ints("neubay", self, "head_hidden", "head_layers", "num_critics", "sampled_critics",
+                             "num_sequences", "sequence_length", "parallel_size", "tape_capacity", "max_episode_steps",
+                             "rollout_chunk")
         if self.warmup_length < 0:
             raise ConfigError(f"neubay.warmup_length: expected an int >= 0, found {self.warmup_length}")
         if self.sampled_critics > self.num_critics:
@@ -146,16 +141,11 @@ class NeubayConfig:
             )
         if not 0.0 <= self.real_weight <= 1.0:
             raise ConfigError(f"neubay.real_weight: expected a value in [0, 1], found {self.real_weight}")
-        if not self.actor_bc_coef >= 0.0:
-            raise ConfigError(f"neubay.actor_bc_coef: expected a value >= 0, found {self.actor_bc_coef}")
-        if not self.utd > 0.0:
-            raise ConfigError(f"neubay.utd: expected a value > 0, found {self.utd}")
+        checks.non_negative("neubay", self, "actor_bc_coef")
+        checks.positive("neubay", self, "utd")
         if self.unc_quantile > 1.0:
             raise ConfigError(f"neubay.unc_quantile: expected a value <= 1 (negative: no truncation), found {self.unc_quantile}")
-        for name in ("max_rollout_length", "lr_decay_steps", "threshold_rows"):
-            value = getattr(self, name)
-            if value is not None and value < 1:
-                raise ConfigError(f"neubay.{name}: expected a positive int or None, found {value}")
+        checks.optional_positive_ints("neubay", self, "max_rollout_length", "lr_decay_steps", "threshold_rows")
         try:
             self.memory_config  # validates the memory fields
         except ConfigError as exc:  # named as this section's fields
@@ -224,16 +214,9 @@ class ActorHead(nn.Module):
         return mean, jnp.clip(log_std, LOG_STD_MIN, LOG_STD_MAX)  # EDAC's (-5, 2), as neubay
 
 
-@struct.dataclass
-class NeubayState:
-    actor_params: Any  # {"encoder", "head"}
-    critic_params: Any  # {"encoder", "heads"}; heads have a leading axis of num_critics
-    target_critic_params: Any
-    log_alpha: jax.Array
-    actor_opt_state: Any
-    critic_opt_state: Any
-    alpha_opt_state: Any
-    step: jax.Array
+# NEUBAY's state is SAC-N's, and `sac_tail` ends both updates: here actor_params is {"encoder", "head"} and
+# critic_params {"encoder", "heads"}, the heads with a leading axis of num_critics.
+NeubayState = SACNState
 
 
 def _labels(params):
@@ -381,8 +364,9 @@ class Neubay:
         apply = lambda xs, fs, c: self.encoder.apply(encoder_params, xs, fs, c)[0]  # noqa: E731
         return jax.vmap(apply)(x, batch.first, carry)
 
-    def critic_values(self, heads_params, features, action) -> jax.Array:
-        """Q of every head in `heads_params` (leading head axis): (heads, ...)."""
+    def head_values(self, heads_params, features, action) -> jax.Array:
+        """Q of every head in `heads_params` (leading head axis): (heads, ...). Not `CriticJudge.critic_values`: these
+        critics read encoded histories, not an (obs, action) pair."""
         x = jnp.concatenate([features, action], axis=-1)
         return jax.vmap(self.critic_head.apply, in_axes=(0, None))(heads_params, x)
 
@@ -401,15 +385,15 @@ class Neubay:
         cfg = self.config
         w, n = self._split(batch)
         action_key, head_key = jax.random.split(key)
-        q = self.critic_values(critic_params["heads"], self.encode(critic_params["encoder"], batch)[:, w : w + n],
-                               batch.action[:, w : w + n])  # (N, B, L)
+        q = self.head_values(critic_params["heads"], self.encode(critic_params["encoder"], batch)[:, w : w + n],
+                             batch.action[:, w : w + n])  # (N, B, L)
         mean, log_std = self.actor_head.apply(state.actor_params["head"], actor_features[:, w + 1 :])
         next_action, next_logp = sample_tanh_gaussian(mean, log_std, action_key)
         target_params = state.target_critic_params
         picked = jax.random.choice(head_key, cfg.num_critics, (cfg.sampled_critics,), replace=False)
         target_heads = jax.tree.map(lambda p: p[picked], target_params["heads"])
         target_features = self.encode(target_params["encoder"], batch)[:, w + 1 :]
-        next_q = jnp.min(self.critic_values(target_heads, target_features, next_action), axis=0)
+        next_q = jnp.min(self.head_values(target_heads, target_features, next_action), axis=0)
         if cfg.backup_entropy:
             next_q = next_q - jnp.exp(state.log_alpha) * next_logp
         not_done = 1.0 - batch.terminal[:, w : w + n].astype(jnp.float32)
@@ -429,7 +413,7 @@ class Neubay:
         mean, log_std = self.actor_head.apply(head_params, actor_features[:, w : w + n])
         action, logp = sample_tanh_gaussian(mean, log_std, key)
         features = jax.lax.stop_gradient(self.encode(critic_params["encoder"], batch)[:, w : w + n])
-        q = jnp.mean(self.critic_values(critic_params["heads"], features, action), axis=0)
+        q = jnp.mean(self.head_values(critic_params["heads"], features, action), axis=0)
         mask, real = batch.loss_mask[:, w : w + n], batch.real[:, w : w + n]
         loss, real_loss, imag_loss = weighted_mean(jnp.exp(log_alpha) * logp - q, mask, real, h["real_weight"])
         extra = {}
@@ -444,8 +428,8 @@ class Neubay:
 
     def update(self, state: NeubayState, batch: SequenceBatch, key: jax.Array,
                hypers: dict) -> tuple[NeubayState, dict]:
-        """One gradient step on the critics, a Polyak target update, then actor and temperature
-        (the order of neubay's `sac_update`)."""
+        """One gradient step on the critics, then actor and temperature (the order of neubay's `sac_update`), then
+        SAC's tail (`sac_tail`): the Polyak target update, which reads only the new critics, wherever it is written."""
         h = hypers["neubay"]
         critic_key, actor_key = jax.random.split(key)
         # The actor encoder's features serve both losses: one forward pass, its backward pulled later.
@@ -455,7 +439,6 @@ class Neubay:
         )
         critic_params, critic_opt_state = self._step(self.critic_tx, state.critic_params, critic_grads,
                                                      state.critic_opt_state, h["critic_encoder_lr"], h["critic_head_lr"])
-        target_params = optax.incremental_update(critic_params, state.target_critic_params, h["tau"])
 
         (actor_loss, (real_pi, imag_pi, entropy, actor_extra)), (head_grads, feature_grads) = jax.value_and_grad(
             self.actor_loss, argnums=(0, 1), has_aux=True
@@ -474,16 +457,8 @@ class Neubay:
             direction, alpha_opt_state = self.alpha_tx.update(jax.grad(alpha_loss)(log_alpha), alpha_opt_state)
             log_alpha = log_alpha - h["alpha_lr"] * direction
 
-        new_state = NeubayState(
-            actor_params=actor_params,
-            critic_params=critic_params,
-            target_critic_params=target_params,
-            log_alpha=log_alpha,
-            actor_opt_state=actor_opt_state,
-            critic_opt_state=critic_opt_state,
-            alpha_opt_state=alpha_opt_state,
-            step=state.step + 1,
-        )
+        new_state = sac_tail(state, h["tau"], actor_params, actor_opt_state, critic_params, critic_opt_state,
+                             log_alpha, alpha_opt_state)
         metrics = dict(
             critic_metrics,
             **actor_extra,

@@ -4,9 +4,9 @@ A preset is a nested dict of overrides keyed like the sections of `mbrl.config.T
 `imagination`, `schedule`, `ensemble`, `fit`). `mbrl.config` applies them in order: the algorithm's preset, then
 its per-dataset entry (`mbrl.agents.base.AlgorithmEntry.preset`). No code path depends on a name here.
 
-`paper`: the published settings. `quick`: sized so that `mbrl train` (dataset make, model fit, training,
-evaluation) fits a budget of about 20 minutes on 2 CPU cores: fewer updates, smaller rollout batches, a fit time
-budget. What the presets score and how long they take: docs/results.md.
+`paper`: the published settings. `quick`: sized for `mbrl train` with no options (dataset make, model fit,
+training, evaluation) on a 2-core CPU machine with no GPU: fewer updates, smaller rollout batches, a fit time
+budget. How long that takes and what the presets score, as measured: docs/results.md.
 """
 
 from __future__ import annotations

@@ -8,10 +8,8 @@ from these entries. Adding an algorithm: write its module, add its line here (do
 
 from __future__ import annotations
 
-import importlib
-
 from mbrl.agents.base import IMAGINATION_FIELDS, PRESET_NAMES, AlgorithmEntry
-from mbrl.core.errors import ConfigError
+from mbrl.core import entries
 
 # One line per algorithm; the first is what `mbrl train` runs with no --algo.
 MODULES = (
@@ -34,38 +32,16 @@ ALL_IMAGINATION = IMAGINATION_FIELDS
 PRESETS = PRESET_NAMES
 
 
-def _collect(modules: tuple[str, ...]) -> dict[str, AlgorithmEntry]:
-    out: dict[str, AlgorithmEntry] = {}
-    for module in modules:
-        found = importlib.import_module(module).ALGORITHM
-        if found.name in out:
-            raise ValueError(f"{module}: algorithm {found.name!r} is already declared")
-        out[found.name] = found
-    return out
-
-
-ALGORITHMS: dict[str, AlgorithmEntry] = _collect(MODULES)
+ALGORITHMS: dict[str, AlgorithmEntry] = entries.collect(MODULES, "ALGORITHM", "algorithm")
 DEFAULT = next(iter(ALGORITHMS))
 
 
-def _sections() -> dict[str, type]:
-    """Every algorithm's own config sections, in the order of `MODULES` (one class per name)."""
-    out: dict[str, type] = {}
-    for found in ALGORITHMS.values():
-        for name, cls in found.sections.items():
-            if out.setdefault(name, cls) is not cls:
-                raise ValueError(f"{found.name}: section {name!r} is {cls.__name__} here and {out[name].__name__} elsewhere")
-    return out
-
-
 # The config sections the algorithms define, in the order `mbrl.config.TrainConfig` holds them.
-SECTIONS: dict[str, type] = _sections()
+SECTIONS: dict[str, type] = entries.merged_sections(ALGORITHMS.values())
 
 
 def entry(name: str) -> AlgorithmEntry:
-    if name not in ALGORITHMS:
-        raise ConfigError(f"algo: unknown algorithm {name!r}; expected one of {', '.join(ALGORITHMS)}")
-    return ALGORITHMS[name]
+    return entries.lookup(ALGORITHMS, name, "algo", "algorithm")
 
 
 def make(config, obs_dim: int, act_dim: int, obs_scale=None):

@@ -26,6 +26,7 @@ from flax import struct
 
 from mbrl.agents.base import scan_updates, static_when_zero, traced, traced_values
 from mbrl.agents.networks import CriticEnsemble, ObsScale, anchor_error, gaussian_entropy, scaled
+from mbrl.core import checks
 from mbrl.core.nn import INITS
 from mbrl.core.tanh_gaussian import TanhGaussianActor, sample_tanh_gaussian, tanh_gaussian_mode
 from mbrl.core.errors import ConfigError
@@ -86,31 +87,17 @@ class SACNConfig:
     alpha_max: float | None = None
 
     def __post_init__(self):
-        for name in ("num_critics", "batch_size"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ConfigError(f"sac.{name}: expected a positive int, found {value!r}")
-        if not self.hidden_sizes or any(int(w) < 1 for w in self.hidden_sizes):
-            raise ConfigError(f"sac.hidden_sizes: expected positive widths, found {tuple(self.hidden_sizes)}")
-        for name in ("actor_lr", "critic_lr", "alpha_lr", "init_alpha"):
-            if not getattr(self, name) > 0:
-                raise ConfigError(f"sac.{name}: expected a value > 0, found {getattr(self, name)}")
-        if not 0.0 < self.gamma <= 1.0:
-            raise ConfigError(f"sac.gamma: expected a value in (0, 1], found {self.gamma}")
-        if not 0.0 < self.tau <= 1.0:
-            raise ConfigError(f"sac.tau: expected a value in (0, 1], found {self.tau}")
-        if not self.actor_bc_coef >= 0:
-            raise ConfigError(f"sac.actor_bc_coef: expected a value >= 0, found {self.actor_bc_coef}")
-        if not self.eta >= 0:
-            raise ConfigError(f"sac.eta: expected a value >= 0, found {self.eta}")
+        checks.positive_ints("sac", self, "num_critics", "batch_size")
+        checks.widths("sac", self.hidden_sizes)
+        checks.positive("sac", self, "actor_lr", "critic_lr", "alpha_lr", "init_alpha")
+        checks.rates("sac", self, "gamma", "tau")
+        checks.non_negative("sac", self, "actor_bc_coef", "eta", "logp_epsilon")
         if self.eta > 0 and self.num_critics < 2:
             raise ConfigError(f"sac.eta: the EDAC term (eta={self.eta}) needs sac.num_critics >= 2, found {self.num_critics}")
         if self.update_order not in UPDATE_ORDERS:
             raise ConfigError(f"sac.update_order: expected one of {UPDATE_ORDERS}, found {self.update_order!r}")
         if self.init not in NETWORK_INITS:
             raise ConfigError(f"sac.init: expected one of {tuple(NETWORK_INITS)}, found {self.init!r}")
-        if not self.logp_epsilon >= 0:
-            raise ConfigError(f"sac.logp_epsilon: expected a value >= 0, found {self.logp_epsilon}")
         if self.alpha_max is not None and not self.alpha_max > 0:
             raise ConfigError(f"sac.alpha_max: expected a value > 0 or None, found {self.alpha_max}")
 
@@ -157,6 +144,22 @@ class SACNState:
     critic_opt_state: Any
     alpha_opt_state: Any
     step: jax.Array
+
+
+def sac_tail(state, tau, actor_params, actor_opt_state, critic_params, critic_opt_state, log_alpha, alpha_opt_state):
+    """The end of every SAC update (SAC-N's, NEUBAY's): `state` with the stepped actor, critics and temperature, the
+    target critics moved towards the new critics by Polyak rate `tau`, and one more step. `state` is any state with
+    `SACNState`'s fields (`NeubayState`); its type is kept."""
+    return state.replace(
+        actor_params=actor_params,
+        critic_params=critic_params,
+        target_critic_params=optax.incremental_update(critic_params, state.target_critic_params, tau),
+        log_alpha=log_alpha,
+        actor_opt_state=actor_opt_state,
+        critic_opt_state=critic_opt_state,
+        alpha_opt_state=alpha_opt_state,
+        step=state.step + 1,
+    )
 
 
 def edac_diversity(action_grads: jax.Array) -> jax.Array:
@@ -342,17 +345,8 @@ class SACN:
                                                                                         actor_key)
             critic_params, critic_opt_state, critic_metrics = critic_step(actor_params, log_alpha, critic_key)
 
-        target_critic_params = optax.incremental_update(critic_params, state.target_critic_params, hypers["tau"])
-        new_state = SACNState(
-            actor_params=actor_params,
-            critic_params=critic_params,
-            target_critic_params=target_critic_params,
-            log_alpha=log_alpha,
-            actor_opt_state=actor_opt_state,
-            critic_opt_state=critic_opt_state,
-            alpha_opt_state=alpha_opt_state,
-            step=state.step + 1,
-        )
+        new_state = sac_tail(state, hypers["tau"], actor_params, actor_opt_state, critic_params, critic_opt_state,
+                             log_alpha, alpha_opt_state)
         metrics = dict(critic_metrics, **actor_metrics, actor_loss=actor_loss, alpha=self.alpha(log_alpha),
                        entropy=-jnp.mean(logp))
         return new_state, metrics
@@ -421,7 +415,10 @@ class SACNAgent:
     def online_learner(self, settings, obs_scale):
         """Online SAC-N on these networks, without the EDAC term (WSRL's online phase is plain SAC); a BC anchor of
         weight `settings.anchor` towards the frozen warm-start policy."""
-        from mbrl.agents.sac import OnlineSAC, SACConfig  # local: mbrl.agents.sac imports this module
+        from mbrl.agents.sac import (  # local: mbrl.agents.sac imports this module
+            OnlineSAC,
+            SACConfig,
+        )
 
         offline = self.core.config
         sacn = dataclasses.replace(offline, actor_bc_coef=settings.anchor, eta=0.0)

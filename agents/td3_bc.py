@@ -29,7 +29,7 @@ from flax import struct
 from mbrl.agents.base import AlgorithmEntry, scan_updates, traced, traced_values
 from mbrl.agents.networks import CriticEnsemble, DeterministicActor, ObsScale, scaled
 from mbrl.agents.presets import POSITION_DIMS
-from mbrl.core.errors import ConfigError
+from mbrl.core import checks
 from mbrl.core.nn import MLP
 from mbrl.core.types import Transitions
 
@@ -64,22 +64,11 @@ class TD3BCConfig:
     normalize_states: bool = True
 
     def __post_init__(self):
-        if not self.hidden_sizes or any(int(w) < 1 for w in self.hidden_sizes):
-            raise ConfigError(f"td3_bc.hidden_sizes: expected positive widths, found {tuple(self.hidden_sizes)}")
-        for name in ("policy_freq", "batch_size"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ConfigError(f"td3_bc.{name}: expected a positive int, found {value!r}")
-        for name in ("actor_lr", "critic_lr", "alpha"):
-            if not getattr(self, name) > 0:
-                raise ConfigError(f"td3_bc.{name}: expected a value > 0, found {getattr(self, name)}")
-        for name in ("policy_noise", "noise_clip"):
-            if not getattr(self, name) >= 0:
-                raise ConfigError(f"td3_bc.{name}: expected a value >= 0, found {getattr(self, name)}")
-        if not 0.0 < self.gamma <= 1.0:
-            raise ConfigError(f"td3_bc.gamma: expected a value in (0, 1], found {self.gamma}")
-        if not 0.0 < self.tau <= 1.0:
-            raise ConfigError(f"td3_bc.tau: expected a value in (0, 1], found {self.tau}")
+        checks.widths("td3_bc", self.hidden_sizes)
+        checks.positive_ints("td3_bc", self, "policy_freq", "batch_size")
+        checks.positive("td3_bc", self, "actor_lr", "critic_lr", "alpha")
+        checks.non_negative("td3_bc", self, "policy_noise", "noise_clip")
+        checks.rates("td3_bc", self, "gamma", "tau")
 
 
 @struct.dataclass

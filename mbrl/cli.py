@@ -28,6 +28,7 @@ COMMANDS: dict[tuple[str, ...], tuple[str, str]] = {
     ("data", "list"): ("mbrl.commands.data:list_datasets", "list known and locally made datasets"),
     ("data", "make"): ("mbrl.commands.data_make:make", "make a D4RL-style dataset locally"),
     ("data", "import"): ("mbrl.commands.data_import:import_logs", "a robot's logs (ROS 2 bag, LeRobot, CSV) as data"),
+    ("data", "profile"): ("mbrl.commands.data_profile:profile", "the data's facts that settings are chosen from"),
     ("model", "fit"): ("mbrl.commands.model:fit", "fit a dynamics ensemble on a dataset"),
     ("model", "eval"): ("mbrl.commands.model:evaluate", "report a fitted model's accuracy and calibration"),
     ("train",): ("mbrl.commands.train:train", "train an agent (default: RAVL, quick preset, hopper-medium)"),

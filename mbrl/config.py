@@ -16,6 +16,10 @@ section's `__post_init__`; `TrainConfig.__post_init__` holds only the checks tha
 The command-line mirrors are generated here rather than left to tyro: "absent" must mean "the preset's
 value" while the preset depends on `--algo` from the same command line, the refusals need to know which
 options were given, and config files need the same type checks (`_coerce`) as the options.
+
+One rule for numbers, in `_coerce`, which every value passes (presets, config files, `build`'s overrides, every
+command's options): a float is finite; +inf only where the field is declared `mbrl.core.checks.unlimited` (inf: no
+limit, said in its help). A NaN or ±inf elsewhere is a one-line `ConfigError` naming the option (exit 2).
 """
 
 from __future__ import annotations
@@ -29,19 +33,15 @@ from pathlib import Path
 from typing import Annotated, Any
 
 from mbrl.agents import registry
+from mbrl.core import checks
 from mbrl.core.errors import ConfigError
-from mbrl.core.files import write_text_atomic
-from mbrl.world_models.ensemble import EnsembleConfig, observation_indices
-from mbrl.world_models.fit import FitConfig
-from mbrl.world_models.recurrent import RecurrentConfig
-from mbrl.world_models.recurrent_fit import RecurrentFitConfig
+from mbrl.core.files import read_json, write_text_atomic
+from mbrl.world_models import registry as model_registry
+from mbrl.world_models.ensemble import observation_indices
+from mbrl.world_models.kind import ModelKind
 
 CONFIG_VERSION = 1
-
-
-def _positive(name: str, value) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ConfigError(f"{name}: expected a positive int, found {value!r}")
+AUTO = "auto"  # the preset the rules of `mbrl.rules` fill in from the data's profile
 
 
 @dataclasses.dataclass(frozen=True)
@@ -65,9 +65,7 @@ class ImaginationConfig:
     model_noise: bool = True
 
     def __post_init__(self):
-        _positive("imagination.horizon", self.horizon)
-        _positive("imagination.rollouts_per_epoch", self.rollouts_per_epoch)
-        _positive("imagination.retain_epochs", self.retain_epochs)
+        checks.positive_ints("imagination", self, "horizon", "rollouts_per_epoch", "retain_epochs")
         if not 0.0 <= self.real_ratio <= 1.0:
             raise ConfigError(f"imagination.real_ratio: expected a value in [0, 1], found {self.real_ratio}")
 
@@ -91,12 +89,8 @@ class ScheduleConfig:
     eval_seed: int = 10_000
 
     def __post_init__(self):
-        _positive("schedule.epochs", self.epochs)
-        _positive("schedule.updates_per_epoch", self.updates_per_epoch)
-        _positive("schedule.eval_every", self.eval_every)
-        _positive("schedule.eval_episodes", self.eval_episodes)
-        if self.checkpoint_every < 0:
-            raise ConfigError(f"schedule.checkpoint_every: expected an int >= 0, found {self.checkpoint_every}")
+        checks.positive_ints("schedule", self, "epochs", "updates_per_epoch", "eval_every", "eval_episodes")
+        checks.non_negative_ints("schedule", self, "checkpoint_every")
 
     @property
     def checkpoint_period(self) -> int:
@@ -124,8 +118,7 @@ class SelectConfig:
     def __post_init__(self):
         if self.by not in ("last", "fqe", "model"):
             raise ConfigError(f"select.by: expected last, fqe or model, found {self.by!r}")
-        _positive("select.fqe_steps", self.fqe_steps)
-        _positive("select.starts", self.starts)
+        checks.positive_ints("select", self, "fqe_steps", "starts")
         if not 0.0 < self.holdout < 1.0:
             raise ConfigError(f"select.holdout: expected a fraction in (0, 1), found {self.holdout}")
 
@@ -154,7 +147,8 @@ class _TrainConfigRules:
         .hdf5/.npz path, minari:ID or neorl2:TASK.
     task: the task the dataset comes from (`mbrl data list`), where the dataset does not name it; its reward
         and termination rules drive imagination, its simulator evaluates.
-    preset: quick (sized for 2 CPU cores) | paper (the published settings).
+    preset: quick (sized for 2 CPU cores) | paper (the published settings) | auto (quick's sizes, no task's own
+        entry; the rules of `mbrl.rules` set what the data's profile calls for, `mbrl data profile` shows them).
     seed / seeds: train seeds seed, seed+1, ..., seed+seeds-1 in one compiled program.
     normalize_obs: standardise observations inside the policy and critics by the train data's mean and std
         (stored with the run, part of the export): for observations of wide or unequal ranges. mopo-ppo has its
@@ -171,11 +165,11 @@ class _TrainConfigRules:
 
     def __post_init__(self):
         entry = registry.entry(self.algo)
-        if self.preset not in registry.PRESETS:
-            raise ConfigError(f"preset: unknown preset {self.preset!r}; expected one of {', '.join(registry.PRESETS)}")
-        _positive("seeds", self.seeds)
-        if self.seed < 0:
-            raise ConfigError(f"seed: expected an int >= 0, found {self.seed}")
+        if self.preset not in (*registry.PRESETS, AUTO):
+            raise ConfigError(f"preset: unknown preset {self.preset!r}; expected one of "
+                              f"{', '.join((*registry.PRESETS, AUTO))}")
+        checks.positive_ints("", self, "seeds")
+        checks.non_negative_ints("", self, "seed")
         object.__setattr__(self, "ignore_obs_dims", observation_indices("ignore_obs_dims", self.ignore_obs_dims))
         changed = [name for name in unread_fields(self.algo) if _field_value(self, name) != _field_value(_DEFAULTS, name)]
         if changed:
@@ -197,6 +191,18 @@ def _field(name: str, kind, default):
     return (name, kind, dataclasses.field(default=default))
 
 
+def _check_model_kinds() -> None:
+    """Every algorithm's `model_kind` names a world-model kind of `mbrl.world_models.registry` (agents/ declares it by
+    name: it never imports world_models)."""
+    for entry in registry.ALGORITHMS.values():
+        if entry.model_kind is not None and entry.model_kind not in model_registry.KINDS:
+            raise ValueError(f"{entry.name}: model_kind {entry.model_kind!r}; expected one of "
+                             f"{[*model_registry.KINDS, None]}")
+
+
+_check_model_kinds()
+
+
 # Everything that defines a run: the top-level fields, the algorithms' own sections (`mbrl.agents.registry.SECTIONS`,
 # so that a new algorithm's section needs no line here), then the model, imagination and schedule sections.
 TrainConfig = dataclasses.make_dataclass(
@@ -206,9 +212,9 @@ TrainConfig = dataclasses.make_dataclass(
         _field("preset", str, "quick"), _field("seed", int, 0), _field("seeds", int, 1), _field("normalize_obs", bool, False),
         _field("ignore_obs_dims", tuple[int, ...], ()),
         *(_field(name, section, section()) for name, section in registry.SECTIONS.items()),
-        _field("imagination", ImaginationConfig, ImaginationConfig()), _field("ensemble", EnsembleConfig, EnsembleConfig()),
-        _field("fit", FitConfig, FitConfig()), _field("rwm", RecurrentConfig, RecurrentConfig()),
-        _field("rwm_fit", RecurrentFitConfig, RecurrentFitConfig()), _field("schedule", ScheduleConfig, ScheduleConfig()),
+        _field("imagination", ImaginationConfig, ImaginationConfig()),
+        *(_field(name, section, section()) for name, section in model_registry.SECTIONS.items()),
+        _field("schedule", ScheduleConfig, ScheduleConfig()),
         _field("select", SelectConfig, SelectConfig()), _field("logging", LoggingConfig, LoggingConfig()),
     ],
     bases=(_TrainConfigRules,), frozen=True,
@@ -233,7 +239,7 @@ def _is_read(algo: str, section: str, name: str | None = None) -> bool:
     entry = registry.entry(algo)
     if section in TOP_LEVEL or section not in _section_names():
         return True  # unknown names are refused by `override` with their own message
-    if section not in (*entry.reads, *registry.COMMON_SECTIONS):
+    if section not in (*sections_read(algo), *registry.COMMON_SECTIONS):
         return False
     return section != "imagination" or name is None or name in entry.imagination_fields
 
@@ -264,11 +270,29 @@ def _option(name: str, cli: bool) -> str:
     return "--" + name.replace("_", "-") if cli else name
 
 
+def model_kind(algo: str) -> ModelKind | None:
+    """The world-model kind `algo` fits (its `model_kind`, resolved in `mbrl.world_models.registry`), or None."""
+    name = registry.entry(algo).model_kind
+    return None if name is None else model_registry.kind(name)
+
+
+def sections_read(algo: str) -> tuple[str, ...]:
+    """The sections `algo` reads besides those every run has: its own, imagination, its world model's."""
+    kind = model_kind(algo)
+    return (*registry.entry(algo).reads, *(kind.sections if kind is not None else ()))
+
+
+def model_sections(algo: str) -> tuple[str, ...]:
+    """The sections that define `algo`'s world model (its architecture and its fit); () for none."""
+    kind = model_kind(algo)
+    return tuple(kind.sections) if kind is not None else ()
+
+
 def reads(algo: str) -> list[str]:
     """What `algo` reads: whole sections (`sac`) and single fields (`imagination.per_seed_model`)."""
     entry = registry.entry(algo)
     out = []
-    for section in (*entry.reads, *registry.COMMON_SECTIONS):
+    for section in (*sections_read(algo), *registry.COMMON_SECTIONS):
         if section == "imagination" and set(entry.imagination_fields) != set(registry.ALL_IMAGINATION):
             out += [f"imagination.{name}" for name in entry.imagination_fields]
         else:
@@ -308,8 +332,13 @@ def _hints(cls) -> dict[str, Any]:
     return typing.get_type_hints(cls)
 
 
-def _coerce(value, hint, where: str):
-    """Check a JSON/CLI value against a field's annotation; lists become tuples for sequences."""
+def _coerce(value, hint, where: str, unlimited: bool = False):
+    """Check a JSON/CLI value against a field's annotation; lists become tuples for sequences.
+
+    Every value an option takes passes here (`override`: presets, config files, `build`'s overrides and the options
+    of `mbrl train`, `sweep` and `model fit`; `from_options`: the options of the commands without a preset), so the
+    number rule is here: a float is finite (`mbrl.core.checks.finite`), or +inf where its field is declared
+    `unlimited` (no limit)."""
     origin = typing.get_origin(hint)
     if origin in (typing.Union, types.UnionType):
         options = typing.get_args(hint)
@@ -320,7 +349,7 @@ def _coerce(value, hint, where: str):
             if option is type(None):
                 continue
             try:
-                return _coerce(value, option, where)
+                return _coerce(value, option, where, unlimited)
             except ConfigError as exc:
                 errors.append(str(exc))
         raise ConfigError(errors[0] if errors else f"{where}: unexpected value {value!r}")
@@ -329,7 +358,7 @@ def _coerce(value, hint, where: str):
             raise ConfigError(f"{where}: expected a list, found {value!r}")
         args = [a for a in typing.get_args(hint) if a is not Ellipsis]
         inner = args[0] if args else Any
-        return tuple(_coerce(v, inner, f"{where}[{i}]") for i, v in enumerate(value))
+        return tuple(_coerce(v, inner, f"{where}[{i}]", unlimited) for i, v in enumerate(value))
     if hint is bool:
         if not isinstance(value, bool):
             raise ConfigError(f"{where}: expected true or false, found {value!r}")
@@ -341,7 +370,7 @@ def _coerce(value, hint, where: str):
     if hint is float:
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise ConfigError(f"{where}: expected a number, found {value!r}")
-        return float(value)
+        return checks.finite(value, where, unlimited)
     if hint is str:
         if not isinstance(value, str):
             raise ConfigError(f"{where}: expected a string, found {value!r}")
@@ -354,17 +383,17 @@ def override(obj, overrides: dict[str, Any], where: str = ""):
     if not isinstance(overrides, dict):
         raise ConfigError(f"{where or 'config'}: expected a mapping of fields, found {overrides!r}")
     hints = _hints(type(obj))
-    names = [f.name for f in dataclasses.fields(obj)]
+    fields = {f.name: f for f in dataclasses.fields(obj)}
     changes = {}
     for key, value in overrides.items():
         path = f"{where}.{key}" if where else key
-        if key not in names:
-            raise ConfigError(f"{path}: unknown field; expected one of {', '.join(names)}")
+        if key not in fields:
+            raise ConfigError(f"{path}: unknown field; expected one of {', '.join(fields)}")
         current = getattr(obj, key)
         if dataclasses.is_dataclass(current):
             changes[key] = override(current, value, path)
         else:
-            changes[key] = _coerce(value, hints[key], path)
+            changes[key] = _coerce(value, hints[key], path, checks.allows_inf(fields[key]))
     try:
         return dataclasses.replace(obj, **changes)
     except ConfigError:
@@ -417,11 +446,41 @@ def build(algo: str = registry.DEFAULT, dataset: str = "hopper-medium", preset: 
     names = unread(algo, overrides or {})
     if names:
         raise ConfigError(refusal(algo, names))
-    layers = merge_overrides(registry.entry(algo).preset(preset, dataset_key(dataset)),
-                             {"algo": algo, "dataset": dataset, "preset": preset})
+    entry = registry.entry(algo)
+    head = {"algo": algo, "dataset": dataset, "preset": preset}
+    if preset == AUTO:
+        layers = merge_overrides(entry.preset("quick"), head)
+        layers = merge_overrides(layers, auto_overrides(override(TrainConfig(), merge_overrides(layers, overrides or {}))))
+        layers["preset"] = AUTO
+    else:
+        layers = merge_overrides(entry.preset(preset, dataset_key(dataset)), head)
     # From the plain defaults, so that nothing `base` derived from its own sections (mopo-ppo's updates per epoch)
     # stands in for a value given here.
     return override(TrainConfig(), merge_overrides(layers, overrides or {}))
+
+
+def updates_of(config: TrainConfig) -> int:
+    """The run's update budget: its epochs times the updates of each."""
+    return config.schedule.epochs * config.schedule.updates_per_epoch
+
+
+def quick_base(algo: str, dataset: str) -> TrainConfig:
+    """`algo`'s quick preset without any dataset's own entry: what `--preset auto` starts from."""
+    return override(TrainConfig(), merge_overrides(registry.entry(algo).preset("quick"), {"algo": algo, "dataset": dataset}))
+
+
+def auto_overrides(config: TrainConfig) -> dict[str, Any]:
+    """What the rules of `mbrl.rules` set on `config` (quick's sizes and the given options) from its dataset's profile."""
+    # Imported here: the dataset and its profile are read only for `--preset auto`.
+    from mbrl import rules
+    from mbrl.datasets.profile import cached_profile
+
+    entry, kind = registry.entry(config.algo), model_kind(config.algo)
+    model_section = kind.architecture_section if kind is not None else None
+    model_fields = tuple(f.name for f in dataclasses.fields(getattr(config, model_section))) if model_section else ()
+    placed = rules.choices_for(cached_profile(config.dataset, config.task), updates_of(config),
+                               {name: getattr(config, name) for name in entry.sections})
+    return rules.as_overrides(placed, entry.scales_observations, model_section, model_fields)
 
 
 def to_dict(config: TrainConfig) -> dict[str, Any]:
@@ -461,14 +520,7 @@ def save(config: TrainConfig, path: Path) -> None:
 
 
 def load(path: Path) -> TrainConfig:
-    path = Path(path)
-    if not path.is_file():
-        raise ConfigError(f"{path}: no such config file")
-    try:
-        data = json.loads(path.read_text())
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise ConfigError(f"{path}: not valid JSON ({exc})") from None
-    return from_dict(data, str(path))
+    return from_dict(read_json(path, "no such config file", ConfigError), str(path))
 
 
 # -------------------------------------------------------------------------------------------------
@@ -627,15 +679,27 @@ def options_of(cls, skip: Sequence[str] = (), flat: Sequence[str] = (), defaults
 
 def from_options(cls, args, **values):
     """`cls` from the options that `option_fields` made of it (groups built back into their dataclasses), with
-    `values` for the fields that are not options; a field that is neither keeps its default."""
-    hints = _hints(cls)
+    `values` for the fields that are not options; a field that is neither keeps its default. Each option's value
+    is checked as a config file's is (`_coerce`: the number rule), named by its flag (`--max-delta`)."""
+    return _from_options(cls, args, "--", values)
+
+
+def _from_options(cls, args, prefix: str, values: dict[str, Any]):
+    import tyro
+
+    flat = typing.get_args(tyro.conf.OmitArgPrefixes[int])[1]  # the marker of a group whose options have no prefix
+    hints, annotations = _hints(cls), typing.get_type_hints(type(args), include_extras=True)
     kwargs = {}
     for f in dataclasses.fields(cls):
         if f.name in values:
             kwargs[f.name] = values[f.name]
         elif hasattr(args, f.name):
-            value = getattr(args, f.name)
-            kwargs[f.name] = from_options(hints[f.name], value) if dataclasses.is_dataclass(hints[f.name]) else value
+            value, flag = getattr(args, f.name), prefix + f.name.replace("_", "-")
+            if dataclasses.is_dataclass(hints[f.name]):
+                inner = prefix if flat in typing.get_args(annotations.get(f.name))[1:] else flag + "."
+                kwargs[f.name] = _from_options(hints[f.name], value, inner, {})
+            else:
+                kwargs[f.name] = _coerce(value, hints[f.name], flag, checks.allows_inf(f))
     return cls(**kwargs)
 
 

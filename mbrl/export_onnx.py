@@ -185,11 +185,22 @@ def _dot_general(graph: _Graph, lhs: _Value, rhs: _Value, params) -> str:
 
 def _emit(graph: _Graph, eqn, ins: list[_Value]) -> list[str]:
     """ONNX nodes for one primitive with at least one batched input; the names of its outputs."""
-    onnx = graph.onnx
     prim = eqn.primitive.name
-    params = eqn.params
-    outs = eqn.outvars
-    out_rank = len(outs[0].aval.shape)
+    names = _emit_math(graph, prim, eqn.params, ins, len(eqn.outvars[0].aval.shape))
+    if names is None:
+        names = _emit_layout(graph, prim, eqn.params, ins, eqn.outvars)
+    if names is None:
+        raise OnnxExportError(
+            f"ONNX export: the policy uses the JAX primitive '{prim}', which this exporter does not translate "
+            f"(supported: elementwise math, dot_general, reshape/broadcast/transpose/slice/split/concatenate/stack, "
+            f"reductions, scan, scatter with constant indices, complex add/mul/select)"
+        )
+    return names
+
+
+def _emit_math(graph: _Graph, prim: str, params, ins: list[_Value], out_rank: int) -> list[str] | None:
+    """Elementwise primitives and dot_general; None for any other."""
+    onnx = graph.onnx
     if prim in _UNARY:
         return [graph.node(_UNARY[prim], [ins[0].name])]
     if prim in _BINARY or prim == "ne":
@@ -224,6 +235,12 @@ def _emit(graph: _Graph, eqn, ins: list[_Value]) -> list[str]:
         return [graph.node("Cast", [ins[0].name], to=_onnx_dtype(onnx, params["new_dtype"]))]
     if prim == "dot_general":
         return [_dot_general(graph, ins[0], ins[1], params)]
+    return None
+
+
+def _emit_layout(graph: _Graph, prim: str, params, ins: list[_Value], outs) -> list[str] | None:
+    """Primitives that move, reduce, gather or scatter values; None for any other."""
+    onnx = graph.onnx
     if prim in ("reshape", "squeeze", "expand_dims"):
         return [graph.node("Reshape", [ins[0].name, graph.ints([0, *outs[0].aval.shape])])]
     if prim == "broadcast_in_dim":
@@ -263,11 +280,7 @@ def _emit(graph: _Graph, eqn, ins: list[_Value]) -> list[str]:
         return [graph.node("Cast", [index], to=_onnx_dtype(onnx, params["index_dtype"]))]
     if prim in ("scatter-add", "scatter"):
         return [_scatter(graph, prim, ins, params)]
-    raise OnnxExportError(
-        f"ONNX export: the policy uses the JAX primitive '{prim}', which this exporter does not translate "
-        f"(supported: elementwise math, dot_general, reshape/broadcast/transpose/slice/split/concatenate/stack, "
-        f"reductions, scan, scatter with constant indices, complex add/mul/select)"
-    )
+    return None
 
 
 def _scatter(graph: _Graph, prim: str, ins: list[_Value], params) -> str:

@@ -41,7 +41,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import struct
 
-from mbrl.agents.base import SequenceSettings
+from mbrl.agents.base import SequenceSettings, capability
 from mbrl.core import replay, sequence_replay
 from mbrl.core.errors import DatasetError
 from mbrl.core.replay import ReplayBuffer
@@ -506,7 +506,7 @@ class OnPolicyImagination:
         rows = imagined.transitions.replace(
             reward=self.agent.model_reward(hypers, imagined.raw_reward, imagined.uncertainty))
         demonstrations = None
-        if getattr(self.agent, "demonstrations", False):  # dataset rows for a behaviour-cloning phase
+        if capability(self.agent, "demonstrations"):  # dataset rows for a behaviour-cloning phase
             index = jax.random.randint(jax.random.fold_in(key, 1), (imagined.valid.size,), 0, real.obs.shape[0])
             demonstrations = (real.obs[index], real.action[index])
         _, batch, metrics = self.agent.prepare(agent_state, rows, imagined.valid, hypers, imagined.policy_carry,

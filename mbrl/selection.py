@@ -18,7 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
-from mbrl.agents import registry
+from mbrl import config as config_io
 from mbrl.core.errors import ConfigError
 from mbrl.core.files import write_text_atomic
 from mbrl.ope.fqe import FQEConfig
@@ -30,10 +30,10 @@ METHODS = ("last", "fqe", "model")
 
 
 def check_selection(config) -> None:
-    """Refuse, before anything is written, a choice the run cannot make: `model` needs an MLP world model (of the
-    algorithm's kind) shared by the members."""
-    if config.select.by == "model" and (registry.entry(config.algo).model_kind != "mlp"
-                                        or config.imagination.per_seed_model):
+    """Refuse, before anything is written, a choice the run cannot make: `model` needs a Markov world model (of the
+    algorithm's kind: it imagines from single states) shared by the members."""
+    kind = config_io.model_kind(config.algo)
+    if config.select.by == "model" and (kind is None or kind.is_recurrent or config.imagination.per_seed_model):
         raise ConfigError(f"select.by model: a {config.algo} run here has no MLP world model shared by its seeds to "
                           "judge its checkpoints in; choose --select.by fqe or last")
 

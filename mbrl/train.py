@@ -19,17 +19,18 @@ import jax
 import numpy as np
 
 from mbrl import config as config_io
-from mbrl import datasets
+from mbrl import datasets, rules
 from mbrl.agents import registry
-from mbrl.agents.base import AlgorithmEntry
+from mbrl.agents.base import AlgorithmEntry, capability
 from mbrl.agents.networks import ObsScale
 from mbrl.checkpoint import Checkpointer
 from mbrl.config import TrainConfig
-from mbrl.core.errors import ConfigError
+from mbrl.core.errors import ConfigError, DatasetError
 from mbrl.core.files import write_text_atomic
 from mbrl.core.score import evaluation_record, normalized_score, reference_scores, scores_of
 from mbrl.core.signals import StopSignal
 from mbrl.core.types import OfflineDataset
+from mbrl.datasets.profile import profile_data
 from mbrl.envs.tasks import Task, find_task
 from mbrl.logging import (METRICS_FILE, Progress, RunLogger, mean_stderr, plot_learning_curve, read_metrics,
                           truncate_metrics)
@@ -37,10 +38,9 @@ from mbrl.ope.model_return import model_returns
 from mbrl.selection import check_selection, select_checkpoint, write_selection
 from mbrl.trainer import (EpochReport, Trainer, TrainState, hypers_of, observation_scale, shard_population,
                           stack_models, train_epochs, trainer_for)
-from mbrl.world_models.fit import CHECKPOINT_DIR, FitControl, fit_world_model
-from mbrl.world_models.model import ModelInfo
-from mbrl.world_models.recurrent import load_model
-from mbrl.world_models.recurrent_fit import fit_recurrent_model
+from mbrl.world_models import registry as model_registry
+from mbrl.world_models.base import ModelInfo
+from mbrl.world_models.fitting import CHECKPOINT_DIR, FitControl
 
 
 @dataclasses.dataclass
@@ -90,18 +90,16 @@ def _model_paths(config: TrainConfig, run_dir: Path, world_model_dir: Path | Non
 
 def fit_model(config: TrainConfig, dataset, task, seed_offset: int = 0, progress: bool = False, *,
               entry: AlgorithmEntry | None = None, control: FitControl | None = None):
-    """A world model of the kind the algorithm fits (`mbrl.agents.registry.AlgorithmEntry.model_kind`): the MLP
-    ensemble with `config`'s ensemble and fit sections, or RWM-U with its rwm and rwm_fit sections (fit seed +
-    `seed_offset`). `entry`: `config.algo`'s registry entry where the caller holds it; `control`: checkpoints."""
+    """A world model of the kind the algorithm fits (`mbrl.agents.registry.AlgorithmEntry.model_kind`, an entry of
+    `mbrl.world_models.registry`), with `config`'s sections of that kind (fit seed + `seed_offset`). `entry`:
+    `config.algo`'s registry entry where the caller holds it; `control`: checkpoints."""
     entry = registry.entry(config.algo) if entry is None else entry
     task_fns = task.model_fns() if task is not None else {}
-    if entry.model_kind == "rwm":
-        fit_config = dataclasses.replace(config.rwm_fit, seed=config.rwm_fit.seed + seed_offset)
-        return fit_recurrent_model(dataset, config=config.rwm, fit_config=fit_config, progress=progress,
-                                   control=control, **task_fns).model
-    fit_config = dataclasses.replace(config.fit, seed=config.fit.seed + seed_offset)
-    return fit_world_model(dataset, config=config.ensemble, fit_config=fit_config, progress=progress, control=control,
-                           **task_fns).model
+    kind = model_registry.kind(entry.model_kind)
+    architecture, fit_config = kind.configs(config)
+    fit_config = dataclasses.replace(fit_config, seed=fit_config.seed + seed_offset)
+    return kind.fit(dataset, config=architecture, fit_config=fit_config, progress=progress, control=control,
+                    **task_fns).model
 
 
 def world_models_for(config: TrainConfig, dataset, task, paths: list[Path], progress: bool, *,
@@ -111,11 +109,13 @@ def world_models_for(config: TrainConfig, dataset, task, paths: list[Path], prog
     with a checkpoint (`mbrl.world_models.fit.FitInterrupted`)."""
     entry = registry.entry(config.algo) if entry is None else entry
     task_fns = task.model_fns() if task is not None else {}
+    kind = model_registry.kind(entry.model_kind)
     models = []
     for index, path in enumerate(paths):
         if (path / "model.json").is_file():
-            model = load_model(path, **task_fns)
-            if model.is_recurrent and entry.model_kind != "rwm":
+            saved = model_registry.saved_kind(path)
+            model = saved.load(path, **task_fns)
+            if saved.is_recurrent and not kind.is_recurrent:
                 raise ConfigError(f"world model {path}: a recurrent world model (RWM-U) reads a history before it "
                                   f"predicts, and {config.algo} imagines from single states; give it an MLP "
                                   "ensemble (`mbrl model fit`), or use --algo mopo-ppo")
@@ -126,15 +126,14 @@ def world_models_for(config: TrainConfig, dataset, task, paths: list[Path], prog
         # continues the fit on `mbrl train --resume`. The saved model then replaces the checkpoints.
         checkpointer = Checkpointer(path / CHECKPOINT_DIR, max_to_keep=1)
         try:
-            sections = ("rwm", "rwm_fit") if entry.model_kind == "rwm" else ("ensemble", "fit")
-            identity = {name: dataclasses.asdict(getattr(config, name)) for name in sections}
+            identity = {name: dataclasses.asdict(getattr(config, name)) for name in kind.sections}
             identity.update(dataset=dataset.info.name, rows=len(dataset), seed_offset=seed_offset)
             control = FitControl(checkpointer, resume=checkpointer.latest_epoch() is not None, stop=stop,
                                  identity=identity)
             model = fit_model(config, dataset, task, seed_offset, progress, entry=entry, control=control)
         finally:
             checkpointer.close()
-        model.save(path)
+        kind.save(model, path)
         models.append(model)
     for model in models:
         if model.obs_dim != dataset.info.obs_dim or model.act_dim != dataset.info.act_dim:
@@ -148,6 +147,7 @@ def world_models_for(config: TrainConfig, dataset, task, paths: list[Path], prog
 
 
 RUN_FILE = "run.json"  # facts a run needs besides its config: world-model paths, task, reference scores
+PROFILE_FILE = "profile.json"  # the data's profile and what the rules would choose (`mbrl data profile`)
 
 
 def _write_json(path: Path, data: dict) -> None:
@@ -243,9 +243,11 @@ def prepare_run(
     dataset_score = _dataset_score(dataset, ref_scores)
     _write_json(run_dir / RUN_FILE, _run_facts(run_dir, entry, model_paths, dataset, task, ref_scores, dataset_score,
                                                obs_scale))
+    if not resume:
+        _write_json(run_dir / PROFILE_FILE, _profile(dataset, config))
 
     trainer = trainer_for(config, dataset.info.obs_dim, dataset.info.act_dim, obs_scale)
-    data_notice = getattr(trainer.agent, "data_notice", None)  # `mbrl.agents.base.DataNoticer`
+    data_notice = capability(trainer.agent, "data_notice")  # `mbrl.agents.base.DataNoticer`
     notice = data_notice(dataset.transitions.action) if data_notice is not None and not resume else None
     if notice:
         print(f"mbrl train: {notice}", file=sys.stderr)
@@ -269,6 +271,24 @@ def prepare_run(
         start_epoch=start_epoch, layout=layout, evaluate=evaluate, logger=logger,
         title=f"{config.algo.upper()} · {config_io.dataset_key(config.dataset)}",
     )
+
+
+def _profile(dataset, config: TrainConfig) -> dict:
+    """The data's profile (`mbrl data profile`) and what the rules choose from it for this run's algorithm and update
+    budget (what `--preset auto` sets; under another preset, for comparison)."""
+    try:
+        found = profile_data(dataset)
+    except DatasetError as exc:
+        return {"skipped": str(exc)}
+    # From quick's values at this run's budget: what `--preset auto` sets (or would set) for this algorithm.
+    base = config_io.quick_base(config.algo, config.dataset)
+    placed = rules.choices_for(found, config_io.updates_of(config),
+                               {name: getattr(base, name) for name in registry.entry(config.algo).sections})
+    if config.preset == config_io.AUTO:
+        for section, choice in placed:
+            where = f"{section}." if section else ""
+            print(f"mbrl train: preset auto: {where}{choice.field} {choice.value} ({choice.fact})", file=sys.stderr)
+    return {**found.to_json(), "choices": rules.placed_table(placed)}
 
 
 def _config_and_model_paths(config: TrainConfig | None, run_dir: Path, resume: bool,
@@ -373,27 +393,19 @@ def _select(spec: RunSpec) -> None:
     write_selection(spec.run_dir, selection)
 
 
-def run(
-    config: TrainConfig | None,
-    run_dir: str | Path,
-    *,
-    resume: bool = False,
-    world_model_dir: str | Path | None = None,
-    dataset=None,
-    progress: bool | None = None,
-    on_epoch: Callable[[EpochReport], None] | None = None,
-) -> RunResult:
+def run(config: TrainConfig | None, run_dir: str | Path, *, on_epoch: Callable[[EpochReport], None] | None = None,
+        **setup) -> RunResult:
     """Train as `config` says into `run_dir`, or (`resume=True`) continue the run there from its last checkpoint.
 
-    `dataset`: an already loaded `OfflineDataset` (else `mbrl.datasets.load(config.dataset)`).
+    `setup`: `prepare_run`'s options, `resume`, `world_model_dir`, `dataset` (an already loaded `OfflineDataset`,
+    else `mbrl.datasets.load(config.dataset)`) and `progress`.
     `on_epoch`: called on the host after each epoch's record is written (tests, scripts).
     A SIGINT or SIGTERM stops the run after its running epoch, with a checkpoint (`RunResult.interrupted`); during
     its world model's fit, after the fit's running epoch, raising `mbrl.world_models.fit.FitInterrupted`.
     """
     start_time = time.perf_counter()
     with StopSignal() as stop:
-        spec = prepare_run(config, run_dir, resume=resume, world_model_dir=world_model_dir, dataset=dataset,
-                           progress=progress, stop=stop)
+        spec = prepare_run(config, run_dir, stop=stop, **setup)
         config, schedule = spec.config, spec.config.schedule
         with Progress(schedule.epochs, spec.start_epoch, spec.title, enabled=spec.progress) as bar:
             report = _epoch_reporter(spec, bar, on_epoch)

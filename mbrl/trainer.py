@@ -46,6 +46,7 @@ from flax import struct
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from mbrl.agents import registry
+from mbrl.agents.base import capability
 from mbrl.agents.networks import ObsScale
 from mbrl import imagination
 from mbrl.config import TrainConfig
@@ -167,7 +168,7 @@ class Trainer:
 
     def _update_many(self, agent_state, batches, key, hypers, world_model):
         """The algorithm's K updates; one that queries the world model in its updates (`ModelReader`) is handed it."""
-        reads = {"world_model": world_model} if getattr(self.agent, "reads_model", False) else {}
+        reads = {"world_model": world_model} if capability(self.agent, "reads_model") else {}
         return self.agent.update_many(agent_state, batches, key, hypers, **reads)
 
     def _credit_epoch(self, state: TrainState, real, world_model, aux):

@@ -87,6 +87,13 @@ def logging_policy(state: np.ndarray, rng: np.random.Generator) -> float:
     return float(np.clip(-sign * 2.0 * state[0] + 0.3 * rng.normal(), -1.0, 1.0))
 
 
+def declared_with_episodes(folder, episodes: int, seed: int) -> tuple:
+    """The cart's declaration written to FOLDER/cart.toml, and its logging policy's episodes (`log_episodes`)."""
+    declaration = folder / "cart.toml"
+    declaration.write_text(DECLARATION)
+    return declaration, log_episodes(episodes, seed)
+
+
 def log_episodes(episodes: int, seed: int) -> list[dict]:
     """The logging policy's episodes: per episode obs (T+1, 2), actions (T, 1), rewards (T,)."""
     rng = np.random.default_rng(seed)

@@ -6,7 +6,10 @@ The SAC-N core's critic and EDAC losses against a direct computation: tests/test
 
 from __future__ import annotations
 
+import ast
 import functools
+import inspect
+from pathlib import Path
 
 import jax
 import jax.numpy as jnp
@@ -14,11 +17,14 @@ import numpy as np
 import pytest
 
 from mbrl.agents import presets, registry
+from mbrl.agents.base import CAPABILITIES, capability
 from mbrl.agents.mopo import penalized_reward
 from mbrl import config as config_io
+from mbrl.core.errors import ConfigError
 from mbrl.core.types import PolicyInput, Transitions
 
 OBS_DIM, ACT_DIM, BATCH = 5, 2, 7
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def small_batch(seed: int = 0, batch: int = BATCH) -> Transitions:
@@ -158,3 +164,52 @@ def test_presets_follow_the_published_configs():
         for name in presets.PRESETS:
             config = config_io.build(algo, "hopper-medium", name)
             assert config_io.from_dict(config_io.to_dict(config)) == config  # config.json round trip
+
+
+def test_a_capability_is_declared_and_asked_for_by_one_lookup():
+    """`capability` gives an algorithm's declared capability or None; with the feature that needs it, a missing one is
+    a `ConfigError` naming the run and the algorithm; an undeclared name (a typo) is refused loudly."""
+    for name, protocol in CAPABILITIES.items():  # each name is declared by its protocol
+        assert name in vars(protocol) or name in protocol.__annotations__, (name, protocol.__name__)
+    mopo, bc = tiny("mopo")[0], tiny("bc")[0]
+    assert capability(mopo, "critic_gamma")() == 0.99 and capability(mopo, "reads_model") is None
+    assert capability(bc, "critic_values") is None
+    with pytest.raises(ConfigError, match=r"^runs/a: fine-tuning needs an algorithm with online_learner\(\); bc has none$"):
+        capability(bc, "online_learner", "fine-tuning", "runs/a", "bc")
+    for name in ("critic_value", "reads_models"):
+        with pytest.raises(ValueError, match="not a declared capability"):
+            capability(mopo, name)
+
+
+def _positional(function) -> list[str]:
+    return [p.name for p in inspect.signature(function).parameters.values()
+            if p.default is inspect.Parameter.empty and p.kind is not inspect.Parameter.VAR_KEYWORD and p.name != "self"]
+
+
+@pytest.mark.parametrize("algo", sorted(registry.ALGORITHMS))
+def test_what_an_algorithm_has_under_a_capability_name_is_that_capability(algo):
+    """A method under a capability's name takes the protocol's arguments, by name: a helper that only shares the name (NEUBAY's
+    per-head values once sat under `critic_values`) would be called with the wrong ones by `mbrl ope`."""
+    config = config_io.build(algo, "hopper-medium", "quick", registry.entry(algo).smoke)
+    agent = registry.make(config, OBS_DIM, ACT_DIM)
+    for name, protocol in CAPABILITIES.items():
+        value = capability(agent, name)
+        if callable(value) and inspect.isfunction(getattr(protocol, name, None)):
+            assert _positional(value) == _positional(getattr(protocol, name)), (algo, name)
+
+
+def test_mbrl_asks_for_a_capability_only_through_the_lookup():
+    """No `getattr`/`hasattr` of a capability's name in `mbrl/` (`capability` is the one lookup), and every name asked
+    for is declared."""
+    found = []
+    for path in sorted((ROOT / "mbrl").rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and len(node.args) >= 2
+                    and isinstance(node.args[1], ast.Constant)):
+                continue
+            where = f"{path.relative_to(ROOT)}:{node.lineno}"
+            if node.func.id in ("getattr", "hasattr") and node.args[1].value in CAPABILITIES:
+                found.append(f"{where}: {node.func.id}(..., {node.args[1].value!r})")
+            if node.func.id == "capability" and node.args[1].value not in CAPABILITIES:
+                found.append(f"{where}: capability(..., {node.args[1].value!r}) is not declared")
+    assert not found, "\n".join(found)

@@ -137,7 +137,7 @@ def test_config_json_holds_only_the_sections_the_algorithm_reads(algo, tmp_path)
     config_io.save(config, tmp_path / "config.json")
     data = json.loads((tmp_path / "config.json").read_text())
     sections = {k for k, v in data.items() if isinstance(v, dict)}
-    assert sections == {*registry.entry(algo).reads, *registry.COMMON_SECTIONS}
+    assert sections == {*config_io.sections_read(algo), *registry.COMMON_SECTIONS}
     if "imagination" in data:
         assert set(data["imagination"]) == set(registry.entry(algo).imagination_fields)
     assert config_io.load(tmp_path / "config.json") == config
@@ -196,7 +196,7 @@ def test_every_preset_sets_only_what_its_algorithm_reads():
             for dataset in datasets:
                 preset = registry.entry(algo).preset(name, dataset)
                 assert config_io.unread(algo, preset) == [], (algo, name, dataset)
-                assert set(preset) <= {*registry.entry(algo).reads, *registry.COMMON_SECTIONS, *config_io.TOP_LEVEL}
+                assert set(preset) <= {*config_io.sections_read(algo), *registry.COMMON_SECTIONS, *config_io.TOP_LEVEL}
                 if algo == "mopo-ppo":  # its own normaliser refuses the run's observation scale
                     assert "ignore_obs_dims" not in preset and "normalize_obs" not in preset, (algo, name, dataset)
 
@@ -292,3 +292,14 @@ def test_the_readme_sections_table_says_what_each_algorithm_reads():
     assert set(rows) == set(registry.ALGORITHMS)  # every algorithm has its row
     for algo, sections in rows.items():
         assert sections == [name for name in config_io.reads(algo) if name not in registry.COMMON_SECTIONS], algo
+
+
+def test_a_config_file_that_is_missing_or_not_json_is_one_line_naming_the_file(tmp_path, capsys):
+    path = tmp_path / "config.json"
+    with pytest.raises(ConfigError, match=r"config\.json: no such config file$"):
+        config_io.load(path)
+    path.write_text('{"algo": "ravl",\n')
+    with pytest.raises(ConfigError, match=r"config\.json: not a valid JSON file \("):
+        config_io.load(path)
+    assert main(["train", "--config", str(path)]) == 2
+    assert "not a valid JSON file" in one_line_error(capsys)

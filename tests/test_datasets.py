@@ -379,32 +379,27 @@ BAD_NPZ2 = {
 }
 
 
-@pytest.mark.parametrize("case", list(BAD_NPZ2))
-def test_bad_neorl2_file_raises_dataset_error(case, hopper, tmp_path):
-    mutate, needles = BAD_NPZ2[case]
-    arrays = neorl2_arrays(hopper["episodes"])
+def _assert_bad_npz_raises(path, arrays, mutate, needles):
+    """`mutate`d arrays written to `path` make `load` raise a DatasetError whose message names the file and holds
+    every needle."""
     mutate(arrays)
-    path = write_npz(tmp_path / "hopper-bad-v2.npz", arrays)
+    write_npz(path, arrays)
     with pytest.raises(DatasetError) as caught:
         load(path)
     message = str(caught.value)
     assert message.startswith(f"{path}: "), message
     for needle in needles:
         assert needle in message, (needle, message)
+
+
+@pytest.mark.parametrize("case", list(BAD_NPZ2))
+def test_bad_neorl2_file_raises_dataset_error(case, hopper, tmp_path):
+    _assert_bad_npz_raises(tmp_path / "hopper-bad-v2.npz", neorl2_arrays(hopper["episodes"]), *BAD_NPZ2[case])
 
 
 @pytest.mark.parametrize("case", list(BAD_NPZ))
 def test_bad_neorl_file_raises_dataset_error(case, hopper, tmp_path):
-    mutate, needles = BAD_NPZ[case]
-    arrays = neorl_arrays(hopper["episodes"])
-    mutate(arrays)
-    path = write_npz(tmp_path / "hopper-bad.npz", arrays)
-    with pytest.raises(DatasetError) as caught:
-        load(path)
-    message = str(caught.value)
-    assert message.startswith(f"{path}: "), message
-    for needle in needles:
-        assert needle in message, (needle, message)
+    _assert_bad_npz_raises(tmp_path / "hopper-bad.npz", neorl_arrays(hopper["episodes"]), *BAD_NPZ[case])
 
 
 # --- files that are not datasets at all -----------------------------------------------------------

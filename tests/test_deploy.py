@@ -11,7 +11,6 @@ import signal
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import gymnasium
 import jax
@@ -26,12 +25,12 @@ from mbrl.envs.robots.ros2 import Ros2Robot, rclpy_available
 from mbrl.envs.robots.runner import PolicyRunner, RewardFeed
 from mbrl.envs.robots.safety import SafetyConfig, SafetyLayer
 from mbrl.cli import main
-from mbrl.evaluate import evaluate
 from mbrl.export import PolicySpec, carry_leaves, export_policy, observation_envelope, policy_function
 from mbrl.export_run import policy_of
+from robot_servers import REPO
+import robot_servers
 
 EPISODE_STEPS = 60  # the sim server's time limit: short episodes keep the tests fast
-REPO = Path(__file__).resolve().parents[1]
 
 
 @pytest.fixture(scope="module")
@@ -52,45 +51,17 @@ def neubay_export(tmp_path_factory, onnx_extra):
 def sim_server(tmp_path_factory):
     """`python -m mbrl.envs.robots.sim_server` in its own process on a free port; yields (port, events log)."""
     events = tmp_path_factory.mktemp("server") / "events.jsonl"
-    process = subprocess.Popen(
-        [sys.executable, "-m", "mbrl.envs.robots.sim_server", "--env", "Hopper-v5", "--port", "0",
-         "--max-episode-steps", str(EPISODE_STEPS), "--log", str(events)],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO,
-    )
-    line = process.stdout.readline()
-    assert line.startswith("listening on "), process.stderr.read()
-    port = int(line.rsplit(":", 1)[1])
-    yield port, events
-    process.terminate()
-    assert process.wait(timeout=10) == 0
-
-
-def _read_log(path):
-    return [json.loads(line) for line in Path(path).read_text().splitlines()]
-
-
-def _ticks(records):
-    return [r for r in records if r["type"] == "tick"]
+    process, line = robot_servers.start("mbrl.envs.robots.sim_server", "--env", "Hopper-v5", "--port", "0",
+                                        "--max-episode-steps", str(EPISODE_STEPS), "--log", str(events),
+                                        ready="listening on ")
+    yield int(line.rsplit(":", 1)[1]), events
+    robot_servers.stop(process)
 
 
 def test_udp_deploy_reproduces_in_process_evaluation(export_dir, sim_server, tmp_path, capsys):
-    path, spec = export_dir
     port, _ = sim_server
-    log = tmp_path / "udp.jsonl"
-    code = main(["deploy", str(path), "--robot", f"udp://127.0.0.1:{port}", "--episodes", "2", "--seed", "7",
-                 "--rate", "0", "--max-delta", "None", "--log", str(log)])
-    assert code == 0, capsys.readouterr().err
-    summary = _read_log(log)[-1]
-    assert summary["type"] == "summary" and summary["stop_reason"] == "done"
-    deployed = np.array([e["return"] for e in summary["episodes"]])
-
-    # The reference: the JAX policy in-process, the same env seeds, the same time limit.
-    policy = jax.jit(jax.vmap(policy_function(spec)))
-    reference = evaluate(lambda inputs: np.asarray(policy(inputs.obs)), "Hopper-v5", episodes=2, seed=7,
-                         env_kwargs={"max_episode_steps": EPISODE_STEPS})
-    assert [e["length"] for e in summary["episodes"]] == reference.lengths.tolist()
-    np.testing.assert_allclose(deployed, reference.returns, rtol=0.01)
-    assert "deploy on udp://127.0.0.1" in capsys.readouterr().out
+    robot_servers.deploy_reproduces_evaluation(export_dir, f"udp://127.0.0.1:{port}", tmp_path / "udp.jsonl",
+                                               EPISODE_STEPS, capsys)
 
 
 def test_mujoco_deploy_of_a_recurrent_export_matches_its_jax_policy(neubay_export, tmp_path, capsys):
@@ -101,13 +72,13 @@ def test_mujoco_deploy_of_a_recurrent_export_matches_its_jax_policy(neubay_expor
     code = main(["deploy", str(path), "--robot", "mujoco:Hopper-v5", "--episodes", "2", "--seed", "5", "--rate", "0",
                  "--max-delta", "None", "--max-steps", "60", "--log", str(log)])
     assert code == 0, capsys.readouterr().err
-    records = _read_log(log)
+    records = robot_servers.read_log(log)
     assert records[-1]["stop_reason"] == "done"
 
     policy = jax.jit(policy_function(spec))
     env = gymnasium.make("Hopper-v5")
     for episode in (0, 1):
-        sent = [np.asarray(t["action"], np.float32) for t in _ticks(records) if t["episode"] == episode]
+        sent = [np.asarray(t["action"], np.float32) for t in robot_servers.ticks(records) if t["episode"] == episode]
         obs, _ = env.reset(seed=5 + episode)
         carry = [leaf["initial"] for leaf in carry_leaves(spec)]
         prev_action, prev_reward, worst, total = np.zeros(3, np.float32), np.float32(0), 0.0, 0.0
@@ -126,7 +97,7 @@ def _run_loop(tmp_path, robot, runner, max_delta=None, episodes=1, max_steps=40)
     safety = SafetyLayer(-np.ones(3, np.float32), np.ones(3, np.float32), SafetyConfig(max_delta=max_delta))
     loop = ControlLoop(robot, runner, safety, rate_hz=None, log_path=tmp_path / "loop.jsonl")
     summary = loop.run(episodes=episodes, seed=0, max_steps=max_steps)
-    return summary, _read_log(tmp_path / "loop.jsonl")
+    return summary, robot_servers.read_log(tmp_path / "loop.jsonl")
 
 
 @pytest.mark.parametrize("recurrent", [False, True], ids=["markov", "recurrent"])
@@ -136,7 +107,7 @@ def test_nan_observation_gives_the_last_safe_action_and_an_event(export_dir, neu
     if recurrent:
         robot = RewardFeed(robot, runner)
     summary, records = _run_loop(tmp_path, robot, runner, max_steps=12)
-    ticks = _ticks(records)
+    ticks = robot_servers.ticks(records)
     by_step = {t["step"]: t for t in ticks}
     for step in (5, 6):
         assert by_step[step]["events"] == ["nonfinite_obs"]
@@ -147,10 +118,10 @@ def test_nan_observation_gives_the_last_safe_action_and_an_event(export_dir, neu
     assert summary["events"]["nonfinite_obs"] == 2
 
 
-def test_observations_stop_then_safe_stop_within_two_ticks(export_dir, tmp_path):
+def test_observations_stop_then_safe_stop_within_twoticks(export_dir, tmp_path):
     robot = MujocoRobot("Hopper-v5", freeze_obs_after=8)  # a dead sensor: the sim runs on, no new observation
     summary, records = _run_loop(tmp_path, robot, PolicyRunner(export_dir[0]), max_steps=30)
-    ticks = _ticks(records)
+    ticks = robot_servers.ticks(records)
     last_fresh = max(t["step"] for t in ticks if "stale_obs" not in t["events"])
     stop_tick = next(t for t in ticks if "watchdog" in t["events"])
     assert stop_tick["step"] - last_fresh <= 2
@@ -166,7 +137,7 @@ def test_action_change_never_exceeds_the_rate_limit(export_dir, tmp_path):
     summary, records = _run_loop(tmp_path, robot, PolicyRunner(export_dir[0]), max_delta=max_delta, episodes=2)
     assert summary["events"].get("rate_limited", 0) > 0  # the limit was actually reached
     for episode in (0, 1):
-        actions = np.array([t["action"] for t in _ticks(records) if t["episode"] == episode])
+        actions = np.array([t["action"] for t in robot_servers.ticks(records) if t["episode"] == episode])
         steps = np.abs(np.diff(np.vstack([np.zeros(3), actions]), axis=0))  # from rest after the reset
         assert steps.max() <= max_delta * 2 + 1e-6
 
@@ -209,7 +180,7 @@ def test_sigterm_safe_stops_then_exits_0(export_dir, sim_server, tmp_path):
     os.kill(process.pid, signal.SIGTERM)
     out, err = process.communicate(timeout=30)
     assert process.returncode == 0, err
-    records = _read_log(log)
+    records = robot_servers.read_log(log)
     stop = next(r for r in records if r["type"] == "safe_stop")
     assert stop["reason"] == "SIGTERM" and stop["acknowledged"]
     assert records[-1]["type"] == "summary" and records[-1]["stop_reason"] == "SIGTERM"

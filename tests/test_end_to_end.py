@@ -24,6 +24,7 @@ import numpy as np
 import pytest
 
 from mbrl.agents import registry
+from mbrl.world_models import registry as model_registry
 from mbrl import config as config_io
 from mbrl.cli import main as cli_main
 
@@ -40,7 +41,8 @@ SIGKILLED = "mopo"
 
 def tiny_config(algo: str, dataset: str):
     entry = registry.entry(algo)
-    own = {name: dict(values) for name, values in SHARED.items() if name in entry.reads or name in registry.COMMON_SECTIONS}
+    reads = (*config_io.sections_read(algo), *registry.COMMON_SECTIONS)
+    own = {name: dict(values) for name, values in SHARED.items() if name in reads}
     own.update({name: dict(values) for name, values in entry.smoke.items()})
     if "imagination" in own:
         own["imagination"] = {k: v for k, v in own["imagination"].items() if k in entry.imagination_fields}
@@ -93,14 +95,16 @@ def train_resume_eval_export_deploy(algo, hopper_tiny_path, world_model_dir, tmp
     # The MLP ensemble is fitted once for all; mopo-ppo's first run fits its default RWM-U, which its resumed run
     # then reuses.
     kind = registry.entry(algo).model_kind
-    uses_model = kind == "mlp"
+    # The shared model is the MLP ensemble (the registry's default kind); an algorithm of another kind fits its own.
+    own_kind = kind is not None and kind != model_registry.DEFAULT
+    uses_model = kind == model_registry.DEFAULT
 
     full = tmp_path / "full"
     assert cli_main(_train_argv(config_path, full, world_model_dir, uses_model)) == 0
     expected = _records(full)
     assert [r["epoch"] for r in expected] == [1, 2, 3, 4] and expected[-1]["eval"] is not None
-    if kind == "rwm":
-        assert json.loads((full / "world_model" / "model.json").read_text())["format"] == "mbrl-recurrent-world-model"
+    if own_kind:
+        assert json.loads((full / "world_model" / "model.json").read_text())["format"] == model_registry.kind(kind).format
         world_model_dir, uses_model = full / "world_model", True
 
     if algo == SIGKILLED:

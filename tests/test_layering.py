@@ -171,3 +171,57 @@ def test_mbrl_checks_no_agent_class():
              for line, name in isinstance_checks_in(path.read_text(), classes)]
     assert not found, "\n".join(found)
     assert isinstance_checks_in("isinstance(a, (int, agents.SACNAgent))", classes) == [(1, "SACNAgent")]
+
+
+# -------------------------------------------------------------------------------------------------
+# A world-model kind is one registry entry (`mbrl.world_models.registry`)
+
+
+def model_kind_names() -> set[str]:
+    from mbrl.world_models import registry as model_registry
+
+    return set(model_registry.KINDS) | {"mlp", "rwm"}
+
+
+def _names_a_kind(node: ast.AST, names: set[str]) -> bool:
+    """`node` is a string constant that names a kind, or a tuple / list / set / dict literal holding one."""
+    if isinstance(node, ast.Constant):
+        return isinstance(node.value, str) and node.value in names
+    if isinstance(node, (ast.Tuple, ast.List, ast.Set)):
+        return any(_names_a_kind(e, names) for e in node.elts)
+    if isinstance(node, ast.Dict):
+        return any(k is not None and _names_a_kind(k, names) for k in node.keys)
+    return False
+
+
+def model_kind_dispatch_in(text: str, names: set[str]) -> list[tuple[int, str]]:
+    """Where `text` dispatches on a kind's name. Refused: a comparison (`==`, `!=`, `in`, `not in`, `is`, `is not`)
+    with a kind's name or a literal holding one on either side (`kind == "rwm"`, `kind in ("mlp", "rwm")`); a
+    subscript by a kind's name (`SECTIONS["mlp"]`); a dict literal keyed by a kind's name whose value is not itself a
+    dict (a table to look a kind up in, `{"mlp": ("ensemble", "fit")}`). Allowed: declaring it (a keyword argument,
+    `model_kind="mlp"`), a preset's overrides keyed by a section that bears the kind's name (`{"rwm": {...}}`), and
+    the name inside messages and docstrings."""
+    found = []
+    for node in ast.walk(ast.parse(text)):
+        if isinstance(node, ast.Compare) and any(_names_a_kind(n, names) for n in (node.left, *node.comparators)):
+            found.append((node.lineno, "compared"))
+        elif isinstance(node, ast.Subscript) and _names_a_kind(node.slice, names):
+            found.append((node.lineno, "subscript"))
+        elif isinstance(node, ast.Dict) and any(k is not None and _names_a_kind(k, names) and not isinstance(v, ast.Dict)
+                                                for k, v in zip(node.keys, node.values)):
+            found.append((node.lineno, "dict key"))
+    return found
+
+
+def test_no_model_kind_is_compared_outside_world_models():
+    """`mbrl/`, `agents/` and `envs/` reach a world-model kind through `mbrl.world_models.registry` (its entry's
+    sections, fit, load, `is_recurrent`), never by testing its name (`model_kind_dispatch_in` says what is allowed)."""
+    names = model_kind_names()
+    found = [f"{path.relative_to(ROOT)}:{line}: {what}" for folder in ("mbrl", "agents", "envs")
+             for path in sorted((ROOT / folder).rglob("*.py"))
+             for line, what in model_kind_dispatch_in(path.read_text(), names)]
+    assert not found, "\n".join(found)
+    # The walk sees each way of dispatching on a name, and lets a declaration and a preset's section through.
+    probe = ('a = kind == "rwm"; b = k not in ("mlp", "rwm"); c = T["mlp"]; d = {"rwm": ("rwm", "rwm_fit")}\n'
+             'e = Entry(model_kind="mlp"); f = {"rwm": {"history": 16}}; g = f"{kind} is not \'rwm\'"')
+    assert model_kind_dispatch_in(probe, names) == [(1, "compared"), (1, "compared"), (1, "subscript"), (1, "dict key")]

@@ -8,15 +8,13 @@ import numpy as np
 import pytest
 
 from mbrl.envs.neorl2 import dmsd
-from neorl2_files import neorl2_arrays
+from neorl2_checks import arrays_fixture, assert_any_batch_axes, assert_numpy_twin_reproduces_file
 
 FILES = ("DMSD-high-100000-train.npz", "DMSD-high-20000-val.npz")
 EPISODE = dmsd.EPISODE_STEPS
 
 
-@pytest.fixture(scope="module", params=FILES)
-def arrays(request):
-    return neorl2_arrays(request.param)
+arrays = arrays_fixture(FILES)
 
 
 def test_reward_reproduces_file(arrays):
@@ -26,16 +24,11 @@ def test_reward_reproduces_file(arrays):
     # the relative error exceeds 1e-4; the absolute error stays under 2e-6.
     np.testing.assert_allclose(got, arrays["reward"], rtol=1e-4, atol=2e-6)
     # The env's numpy twin computes as NeoRL-2 does and agrees exactly on a sample.
-    rows = np.arange(0, len(got), 97)
-    twin = np.array([dmsd._reward_np(arrays["next_obs"][i]) for i in rows], np.float32)
-    np.testing.assert_array_equal(twin, arrays["reward"][rows])
+    assert_numpy_twin_reproduces_file(dmsd, arrays)
 
 
 def test_reward_and_termination_take_any_batch_axes(arrays):
-    obs, act, nxt = (arrays[k][:60].reshape(3, 20, -1) for k in ("obs", "action", "next_obs"))
-    assert dmsd.reward(obs, act, nxt).shape == (3, 20)
-    assert dmsd.terminated(obs, act, nxt).shape == (3, 20)
-    assert dmsd.terminated(obs, act, nxt).dtype == bool
+    assert_any_batch_axes(dmsd, arrays)
 
 
 def test_terminated_reproduces_file(arrays):

@@ -13,15 +13,13 @@ import numpy as np
 import pytest
 
 from mbrl.envs.neorl2 import pipeline
-from neorl2_files import neorl2_arrays
+from neorl2_checks import arrays_fixture, assert_any_batch_axes, assert_numpy_twin_reproduces_file
 
 FILES = ("Pipeline-high-100000-train.npz", "Pipeline-high-20000-val.npz")
 EPISODE = pipeline.EPISODE_STEPS
 
 
-@pytest.fixture(scope="module", params=FILES)
-def arrays(request):
-    return neorl2_arrays(request.param)
+arrays = arrays_fixture(FILES)
 
 
 def test_reward_reproduces_file(arrays):
@@ -29,16 +27,11 @@ def test_reward_reproduces_file(arrays):
     # Jitted XLA fuses the square and the -3 into one FMA, one rounding where numpy (the file) rounds twice:
     # at most one ulp of 3 (1.2e-7) apart, which is over 1e-4 relative only where the reward crosses 0.
     np.testing.assert_allclose(got, arrays["reward"], rtol=1e-4, atol=2.5e-7)
-    rows = np.arange(0, len(got), 97)
-    twin = np.array([pipeline._reward_np(arrays["next_obs"][i]) for i in rows], np.float32)
-    np.testing.assert_array_equal(twin, arrays["reward"][rows])
+    assert_numpy_twin_reproduces_file(pipeline, arrays)
 
 
 def test_reward_and_termination_take_any_batch_axes(arrays):
-    obs, act, nxt = (arrays[k][:60].reshape(3, 20, -1) for k in ("obs", "action", "next_obs"))
-    assert pipeline.reward(obs, act, nxt).shape == (3, 20)
-    assert pipeline.terminated(obs, act, nxt).shape == (3, 20)
-    assert pipeline.terminated(obs, act, nxt).dtype == bool
+    assert_any_batch_axes(pipeline, arrays)
 
 
 def test_terminated_reproduces_file(arrays):

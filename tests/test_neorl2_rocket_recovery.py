@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from mbrl.envs.neorl2 import rocket_recovery as rr
-from neorl2_files import neorl2_arrays
+from neorl2_checks import arrays_fixture, assert_any_batch_axes
 
 FILES = ("RocketRecovery-high-20000-val.npz",)  # the train file is not released here
 # The env's physics is Box2D's (PyPI `box2d`); reward and termination need only jax.
@@ -19,9 +19,7 @@ needs_box2d = pytest.mark.skipif(importlib.util.find_spec("Box2D") is None,
                                  reason="the box2d package (the env's Box2D physics) is not installed")
 
 
-@pytest.fixture(scope="module", params=FILES)
-def arrays(request):
-    return neorl2_arrays(request.param)
+arrays = arrays_fixture(FILES)
 
 
 def _episodes(arrays):
@@ -52,10 +50,7 @@ def test_reward_reproduces_file(arrays):
 
 
 def test_reward_and_termination_take_any_batch_axes(arrays):
-    obs, act, nxt = (arrays[k][:60].reshape(3, 20, -1) for k in ("obs", "action", "next_obs"))
-    assert rr.reward(obs, act, nxt).shape == (3, 20)
-    assert rr.terminated(obs, act, nxt).shape == (3, 20)
-    assert rr.terminated(obs, act, nxt).dtype == bool
+    assert_any_batch_axes(rr, arrays)
 
 
 def test_terminated_reproduces_file(arrays):

@@ -275,7 +275,7 @@ def test_actor_bc_term_equals_a_direct_computation_on_the_real_training_steps(tr
     # Weighted by coef x the windows' mean |Q| (the mean over heads at the actor's sampled actions).
     action, _ = sample_tanh_gaussian(mean, log_std, jax.random.PRNGKey(9))
     critic_features = trainer.agent.encode(agent_state.critic_params["encoder"], batch)[:, w : w + n]
-    q = np.asarray(trainer.agent.critic_values(agent_state.critic_params["heads"], critic_features, action)).mean(axis=0)
+    q = np.asarray(trainer.agent.head_values(agent_state.critic_params["heads"], critic_features, action)).mean(axis=0)
     np.testing.assert_allclose(float(loss) - float(plain_loss), coef * np.abs(q)[mask].mean() * error[rows].mean(),
                                rtol=1e-3, atol=1e-6)
     with pytest.raises(ConfigError, match="neubay.actor_bc_coef"):

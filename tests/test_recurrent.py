@@ -15,10 +15,12 @@ import pytest
 from mbrl.core.errors import ConfigError, DatasetError, UserError
 from mbrl.core.types import DatasetInfo, OfflineDataset, Transitions
 from mbrl.world_models.ensemble import EnsembleConfig
-from mbrl.world_models.fit import FitConfig, fit_world_model, model_inputs
+from mbrl.world_models.fit import FitConfig, fit_world_model
+from mbrl.world_models.fitting import model_inputs
 from mbrl.world_models.metrics import history_holdout_metrics, open_loop_errors
-from mbrl.world_models.recurrent import RecurrentConfig, RecurrentWorldModel, load_model
+from mbrl.world_models.recurrent import RecurrentConfig, RecurrentWorldModel
 from mbrl.world_models.recurrent_fit import RecurrentFitConfig, fit_recurrent_model
+from mbrl.world_models.registry import load_model
 from mbrl.world_models.rollout import MarkovPolicy, RolloutConfig, rollout
 
 EPISODES, LENGTH, FORECAST = 40, 50, 8

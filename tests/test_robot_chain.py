@@ -10,19 +10,16 @@ from __future__ import annotations
 import csv
 import json
 import os
-import subprocess
-import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
 
 import cart_robot
+import robot_servers
 from mbrl.cli import main
 from mbrl.datasets import load
 from mbrl.export import PolicySpec, export_policy
 
-TESTS = Path(__file__).parent
 DEPLOY_EPISODES = 10
 TRAIN = ["--sac.num-critics", "2", "--sac.hidden-sizes", "32", "32", "--sac.batch-size", "64",
          "--sac.actor-bc-coef", "0", "--mopo.penalty-coef", "0.1",
@@ -36,9 +33,7 @@ TRAIN = ["--sac.num-critics", "2", "--sac.hidden-sizes", "32", "32", "--sac.batc
 def robot_logs(tmp_path_factory):
     """The declaration and a CSV of 40 logged episodes (no reward column: the declared rule scores them)."""
     folder = tmp_path_factory.mktemp("cart")
-    declaration = folder / "cart.toml"
-    declaration.write_text(cart_robot.DECLARATION)
-    episodes = cart_robot.log_episodes(40, seed=100)
+    declaration, episodes = cart_robot.declared_with_episodes(folder, 40, seed=100)
     with open(folder / "cart.csv", "w", newline="") as f:
         writer = csv.writer(f)
         writer.writerow(["episode", "position", "velocity", "force"])
@@ -53,15 +48,9 @@ def robot_logs(tmp_path_factory):
 def serve(robot_logs):
     """`python -m mbrl.envs.robots.serve --step cart_robot:Cart` on a free UDP port; yields its address."""
     declaration, _, _ = robot_logs
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(TESTS), os.environ.get("PYTHONPATH", "")])}
-    process = subprocess.Popen([sys.executable, "-m", "mbrl.envs.robots.serve", "--step", "cart_robot:Cart", "--task",
-                                str(declaration), "--robot", "udp://127.0.0.1:0"], stdout=subprocess.PIPE,
-                               stderr=subprocess.PIPE, text=True, env=env)
-    line = process.stdout.readline()
-    assert line.startswith("listening on "), process.stderr.read()
+    process, line = robot_servers.serve_cart(declaration, "udp://127.0.0.1:0")
     yield f"udp://127.0.0.1:{line.rsplit(':', 1)[1].strip()}"
-    process.terminate()
-    assert process.wait(timeout=10) == 0
+    robot_servers.stop(process)
 
 
 def logging_returns(seeds) -> list[float]:
@@ -125,15 +114,10 @@ def test_import_train_export_deploy_beats_the_logging_policy_then_finetune(robot
 def test_a_robot_whose_bounds_differ_from_the_declaration_is_refused(robot_logs, tmp_path, capsys):
     """The server's SPEC says [-2, 2]; the export was declared for [-1, 1]: one line, exit 2, nothing sent."""
     declaration, _, _ = robot_logs
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(TESTS), os.environ.get("PYTHONPATH", "")])}
     wide = tmp_path / "wide.toml"
     wide.write_text(cart_robot.DECLARATION.replace("low = -1.0\nhigh = 1.0", "low = -2.0\nhigh = 2.0"))
-    process = subprocess.Popen([sys.executable, "-m", "mbrl.envs.robots.serve", "--step", "cart_robot:Cart", "--task",
-                                str(wide), "--robot", "udp://127.0.0.1:0"], stdout=subprocess.PIPE,
-                               stderr=subprocess.PIPE, text=True, env=env)
+    process, line = robot_servers.serve_cart(wide, "udp://127.0.0.1:0")
     try:
-        line = process.stdout.readline()
-        assert line.startswith("listening on "), process.stderr.read()
         spec = PolicySpec(apply_fn=lambda params, obs: -obs[:1], params={}, obs_dim=2, act_dim=1,
                           action_low=np.array([-1.0]), action_high=np.array([1.0]), rescale_actions=False,
                           task="cart", task_declared=True, control_rate_hz=50.0)
@@ -144,8 +128,7 @@ def test_a_robot_whose_bounds_differ_from_the_declaration_is_refused(robot_logs,
         assert code == 2 and len(err.splitlines()) == 1
         assert "the robot's action bounds [-2.0]..[2.0] differ from the declared [-1.0]..[1.0]" in err
     finally:
-        process.terminate()
-        process.wait(timeout=10)
+        robot_servers.stop(process)
 
 
 def test_serve_wraps_the_users_class_over_ros2(robot_logs, loopback_dds, tmp_path, capsys):
@@ -155,13 +138,9 @@ def test_serve_wraps_the_users_class_over_ros2(robot_logs, loopback_dds, tmp_pat
 
     declaration, _, _ = robot_logs
     prefix = f"/cart_{os.getpid()}"
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(TESTS), os.environ.get("PYTHONPATH", "")])}
-    process = subprocess.Popen([sys.executable, "-m", "mbrl.envs.robots.serve", "--step", "cart_robot:Cart", "--task",
-                                str(declaration), "--robot", f"ros2:{prefix}"], stdout=subprocess.PIPE,
-                               stderr=subprocess.PIPE, text=True, env=env)
+    process, line = robot_servers.serve_cart(declaration, f"ros2:{prefix}")
     try:
-        line = process.stdout.readline()
-        assert line.strip() == f"ready on ros2:{prefix}", process.stderr.read()
+        assert line == f"ready on ros2:{prefix}"
         spec = PolicySpec(apply_fn=lambda params, obs: -3.0 * obs[:1], params={}, obs_dim=2, act_dim=1,
                           action_low=np.array([-1.0]), action_high=np.array([1.0]), rescale_actions=False,
                           task="cart", task_declared=True, control_rate_hz=50.0)
@@ -179,5 +158,4 @@ def test_serve_wraps_the_users_class_over_ros2(robot_logs, loopback_dds, tmp_pat
             expected.append(total)
         np.testing.assert_allclose(returns, expected, rtol=1e-4)
     finally:
-        process.terminate()
-        assert process.wait(timeout=10) == 0
+        robot_servers.stop(process)

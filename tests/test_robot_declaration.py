@@ -25,9 +25,7 @@ TESTS = Path(__file__).parent
 def cart_files(tmp_path_factory):
     """The cart's declaration, and a NeoRL-2-layout file of its logging policy's episodes."""
     folder = tmp_path_factory.mktemp("cart")
-    declaration = folder / "cart.toml"
-    declaration.write_text(cart_robot.DECLARATION)
-    episodes = cart_robot.log_episodes(4, seed=0)
+    declaration, episodes = cart_robot.declared_with_episodes(folder, 4, seed=0)
     truncated = np.zeros(4 * cart_robot.STEPS, bool)
     truncated[cart_robot.STEPS - 1::cart_robot.STEPS] = True
     np.savez(folder / "cart.npz", obs=np.concatenate([e["obs"][:-1] for e in episodes]).astype(np.float32),

@@ -177,19 +177,8 @@ def exact_run(system, start_obs):
     start = RecurrentStart(h0, jnp.zeros((batch, ACT)), jnp.zeros(batch), jnp.zeros(batch, bool))
     members = jnp.arange(batch, dtype=jnp.int32) % MEMBERS
     max_length = jnp.asarray(np.where(np.arange(batch) % 4 == 0, 7, 1000), jnp.int32)
-    out = rollout(
-        jax.random.PRNGKey(0),
-        system,
-        recurrent_policy,
-        params,
-        start_obs,
-        HORIZON,
-        EXACT,
-        start=start,
-        members=members,
-        max_length=max_length,
-        threshold=4.0,
-    )
+    out = rollout(jax.random.PRNGKey(0), system, recurrent_policy, params, start_obs, HORIZON, EXACT, start=start,
+                  members=members, max_length=max_length, threshold=4.0)
     return out, params, h0, members, max_length
 
 
@@ -333,22 +322,10 @@ def test_chunked_rollout_inserts_the_same_transitions_as_one_rollout(system, sta
     def consume(buffer, batch):
         return replay.insert(buffer, *batch.flat())
 
-    chunked, stats = rollout_chunked(
-        jax.random.PRNGKey(0),
-        system,
-        recurrent_policy,
-        params,
-        start_obs,
-        HORIZON,
-        EXACT,
-        chunk=7,
-        consume=consume,
-        consume_state=replay.empty(capacity, OBS, ACT),
-        start=start,
-        members=members,
-        max_length=max_length,
-        threshold=4.0,
-    )  # 40 steps in chunks of 7: the last chunk runs past the horizon, its extra steps invalid
+    # 40 steps in chunks of 7: the last chunk runs past the horizon, its extra steps invalid.
+    chunked, stats = rollout_chunked(jax.random.PRNGKey(0), system, recurrent_policy, params, start_obs, HORIZON, EXACT,
+                                     chunk=7, consume=consume, consume_state=replay.empty(capacity, OBS, ACT),
+                                     start=start, members=members, max_length=max_length, threshold=4.0)
     assert int(chunked.size) == int(whole.size) == int(out.valid.sum())
     for x, y in zip(jax.tree.leaves(chunked.data), jax.tree.leaves(whole.data), strict=True):
         np.testing.assert_allclose(x, y, rtol=1e-6, atol=1e-6)

@@ -15,12 +15,8 @@ import time
 from pathlib import Path
 
 import gymnasium
-import jax
 import numpy as np
 import pytest
-
-from mbrl.evaluate import evaluate
-from mbrl.export import policy_function
 
 pytest.importorskip("cyclonedds", reason="cyclonedds is not installed: pip install 'offline-mbrl[ros2]'")
 pytest.importorskip("onnxruntime", reason="the onnx extra is not installed: pip install 'offline-mbrl[onnx]'")
@@ -29,20 +25,18 @@ from mbrl.envs.robots.dds import DdsRobot, parse_segments  # noqa: E402
 from mbrl.envs.robots.protocol import RobotError  # noqa: E402
 from mbrl.envs.robots.ros2_types import Float64MultiArray, MultiArrayDimension, segmented  # noqa: E402
 from mbrl.cli import main  # noqa: E402
+from robot_servers import REPO  # noqa: E402
+import robot_servers  # noqa: E402
 
 EPISODE_STEPS = 60
-REPO = Path(__file__).resolve().parents[1]
 PREFIX = f"/mbrl_test_{os.getpid()}"
 pytestmark = pytest.mark.usefixtures("loopback_dds")  # conftest: DDS discovery on loopback only
 
 
 def _start_node(prefix: str, events: Path, *extra: str) -> subprocess.Popen:
-    process = subprocess.Popen(
-        [sys.executable, "-m", "mbrl.envs.robots.dds_sim", "--env", "Hopper-v5", "--prefix", prefix, "--log", str(events), *extra],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO,
-    )
-    line = process.stdout.readline()
-    assert line.strip() == f"ready on ros2:{prefix}", process.stderr.read()
+    process, line = robot_servers.start("mbrl.envs.robots.dds_sim", "--env", "Hopper-v5", "--prefix", prefix, "--log",
+                                        str(events), *extra, ready="ready on ros2:")
+    assert line == f"ready on ros2:{prefix}"
     return process
 
 
@@ -52,41 +46,18 @@ def dds_node(loopback_dds, tmp_path_factory):
     events = tmp_path_factory.mktemp("node") / "events.jsonl"
     process = _start_node(PREFIX, events, "--max-episode-steps", str(EPISODE_STEPS))
     yield PREFIX, events
-    process.terminate()
-    assert process.wait(timeout=10) == 0
-
-
-def _read_log(path):
-    return [json.loads(line) for line in Path(path).read_text().splitlines()]
-
-
-def _ticks(records):
-    return [r for r in records if r["type"] == "tick"]
+    robot_servers.stop(process)
 
 
 def _events(path):
-    return [e["event"] for e in _read_log(path)] if Path(path).exists() else []
+    return [e["event"] for e in robot_servers.read_log(path)] if Path(path).exists() else []
 
 
 def test_dds_deploy_reproduces_in_process_evaluation(export_dir, dds_node, tmp_path, capsys):
-    path, spec = export_dir
     prefix, _ = dds_node
-    log = tmp_path / "dds.jsonl"
-    code = main(["deploy", str(path), "--robot", f"ros2:{prefix}", "--episodes", "2", "--seed", "7",
-                 "--rate", "0", "--max-delta", "None", "--log", str(log)])
-    assert code == 0, capsys.readouterr().err
-    records = _read_log(log)
-    summary = records[-1]
-    assert summary["type"] == "summary" and summary["stop_reason"] == "done"
-    assert all("stale_obs" not in t["events"] for t in _ticks(records))
-    deployed = np.array([e["return"] for e in summary["episodes"]])
-
-    policy = jax.jit(jax.vmap(policy_function(spec)))
-    reference = evaluate(lambda inputs: np.asarray(policy(inputs.obs)), "Hopper-v5", episodes=2, seed=7,
-                         env_kwargs={"max_episode_steps": EPISODE_STEPS})
-    assert [e["length"] for e in summary["episodes"]] == reference.lengths.tolist()
-    np.testing.assert_allclose(deployed, reference.returns, rtol=0.01)
-    assert f"deploy on ros2:{prefix}" in capsys.readouterr().out
+    records = robot_servers.deploy_reproduces_evaluation(export_dir, f"ros2:{prefix}", tmp_path / "dds.jsonl",
+                                                         EPISODE_STEPS, capsys)
+    assert all("stale_obs" not in t["events"] for t in robot_servers.ticks(records))
 
 
 def test_repeats_are_answered_without_acting_twice(dds_node):
@@ -154,7 +125,7 @@ def test_observation_that_does_not_fit_its_layout_is_a_robot_error():
         parse_segments(message, topic, 11)
 
 
-def test_killed_robot_safe_stops_within_two_ticks(export_dir, loopback_dds, tmp_path, capsys):
+def test_killed_robot_safe_stops_within_twoticks(export_dir, loopback_dds, tmp_path, capsys):
     prefix = f"{PREFIX}_kill"
     node = _start_node(prefix, tmp_path / "events.jsonl")
     log = tmp_path / "kill.jsonl"
@@ -183,8 +154,8 @@ def test_killed_robot_safe_stops_within_two_ticks(export_dir, loopback_dds, tmp_
         node.wait(timeout=10)
     assert killed.is_set()
     assert code == 1, capsys.readouterr().err
-    records = _read_log(log)
-    ticks = _ticks(records)
+    records = robot_servers.read_log(log)
+    ticks = robot_servers.ticks(records)
     last_fresh = max(i for i, t in enumerate(ticks) if "stale_obs" not in t["events"])
     stop_tick = next(i for i, t in enumerate(ticks) if "watchdog" in t["events"])
     assert stop_tick - last_fresh <= 2

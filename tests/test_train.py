@@ -44,7 +44,7 @@ TINY = {
 
 def tiny_config(algo="mopo", dataset="hopper-tiny.hdf5", **top):
     """TINY's sections that `algo` reads (another algorithm's options are refused)."""
-    own = set(registry.entry(algo).reads) | set(registry.COMMON_SECTIONS)
+    own = set(config_io.sections_read(algo)) | set(registry.COMMON_SECTIONS)
     return config_io.build(algo, dataset, "quick", {**{k: v for k, v in TINY.items() if k in own}, **top})
 
 
@@ -79,10 +79,12 @@ def comparable(records):
     return [{k: r[k] for k in ("epoch", "updates", "train", "eval") if k in r} for r in records]
 
 
-def test_a_run_writes_its_directory(full_run):
+def test_a_run_writes_its_directory(full_run, dataset):
     run_dir = full_run.run_dir
-    for name in ("config.json", "run.json", "metrics.jsonl", "learning_curve.png"):
+    for name in ("config.json", "run.json", "profile.json", "metrics.jsonl", "learning_curve.png"):
         assert (run_dir / name).is_file(), name
+    profile = json.loads((run_dir / "profile.json").read_text())  # the data's profile, as `mbrl data profile` gives
+    assert profile["transitions"] == len(dataset) and len(profile["actions"]) == dataset.info.act_dim
     assert sorted(int(p.name) for p in (run_dir / "checkpoints").iterdir() if p.name.isdigit())[-1] == EPOCHS
     assert config_io.load(run_dir / "config.json") == full_run.config
     assert [r["epoch"] for r in full_run.records] == list(range(1, EPOCHS + 1))
@@ -121,7 +123,7 @@ def test_a_run_stopped_while_fitting_its_world_model_continues_that_fit_on_resum
     from mbrl.core.signals import StopSignal
     from mbrl.train import prepare_run
     from mbrl.world_models.fit import CHECKPOINT_DIR
-    from mbrl.world_models.recurrent import load_model
+    from mbrl.world_models.registry import load_model
 
     class SignalledAtOnce(StopSignal):  # the signal arrives during the fit's first epoch
         def __enter__(self):

@@ -20,11 +20,12 @@ from mbrl.cli import main
 from mbrl.core.errors import ConfigError, DatasetError, UserError
 from mbrl.core.types import DatasetInfo, OfflineDataset, Transitions
 from mbrl.datasets import SAMPLE_PATH
+from mbrl.world_models.base import MarkovModel
 from mbrl.world_models.ensemble import EnsembleConfig, GaussianEnsemble
-from mbrl.world_models.fit import FitConfig, choose_eval_episodes, fit_ensemble, fit_world_model, member_holdout_mse
+from mbrl.world_models.fit import EnsembleFit, FitConfig, RowSplit, fit_world_model, member_holdout_mse
+from mbrl.world_models.fitting import choose_eval_episodes, train_split
 from mbrl.world_models.metrics import holdout_metrics, open_loop_errors
 from mbrl.world_models.model import Normalizer, WorldModel
-from mbrl.world_models.base import MarkovModel
 from mbrl.world_models.uncertainty import MEASURES
 
 OBS_DIM, ACT_DIM, NOISE = 3, 2, 0.05
@@ -180,9 +181,9 @@ def test_early_stopping_keeps_each_members_best_weights(data):
         real_holdout.terminal,
         real_holdout.timeout,
     )
-    params, input_norm, target_norm, elites, best_mse, history, reason, _ = fit_ensemble(
-        train, flipped, obs_dim=OBS_DIM, config=CONFIG, fit_config=FIT
-    )
+    trained = train_split(EnsembleFit(CONFIG, FIT), RowSplit(train, flipped))
+    params, (input_norm, target_norm), elites, best_mse = trained.params, trained.norms, trained.elites, trained.best_mse
+    history, reason = trained.history, trained.stop_reason
     assert reason == "early_stopping"
     epochs = len(history)
     assert epochs < FIT.max_epochs
@@ -583,7 +584,7 @@ def test_a_fit_stopped_by_sigterm_resumes_to_the_uninterrupted_model(kind, tmp_p
     import sys
     import time
 
-    from mbrl.world_models.recurrent import load_model
+    from mbrl.world_models.registry import load_model
 
     options = ["--dataset", str(SAMPLE_PATH), *RESUMABLE_FITS[kind]]
     stopped = tmp_path / "stopped"

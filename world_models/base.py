@@ -9,6 +9,7 @@ a Markov model (the MLP ensemble, or a test's analytic model built on `MarkovMod
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any, Protocol
 
 import jax
@@ -24,6 +25,49 @@ class StepOutput:
     terminal: jax.Array  # (B,) bool
     uncertainty: jax.Array  # (B,) float32, the measure named in the call
     carry: Any = ()  # the model's memory after this step (leaves lead with B); () for a Markov model
+
+
+@struct.dataclass
+class Normalizer:
+    mean: jax.Array
+    std: jax.Array
+
+    def normalize(self, x):
+        return (x - self.mean) / self.std
+
+    def denormalize(self, y):
+        return y * self.std + self.mean
+
+
+@dataclasses.dataclass(frozen=True)
+class ModelInfo:
+    """Where the model came from; hashable, so it can be a static pytree field."""
+
+    source: str = ""
+    task: str | None = None
+    num_transitions: int = 0
+    holdout_rows: tuple[int, ...] = ()  # dataset rows used as the holdout
+    eval_episodes: tuple[int, ...] = ()  # dataset episodes kept out of fitting entirely
+    # "heldout": holdout rows and eval episodes index the dataset's held-out data (a NeoRL-2 -val file), and
+    # every training row was fitted; "" : they index the dataset itself.
+    holdout_from: str = ""
+    holdout_episodes: tuple[int, ...] = ()  # whole episodes used as the holdout (the recurrent model)
+    holdout_mse: tuple[float, ...] = ()  # per member, standardised target units
+    epochs: int = 0
+    fit_seconds: float = 0.0
+    stop_reason: str = ""
+    seed: int = 0
+
+    def to_json(self) -> dict:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_json(cls, data: dict) -> ModelInfo:
+        known = {f.name for f in dataclasses.fields(cls)}
+        values = {k: v for k, v in data.items() if k in known}
+        for name in ("holdout_rows", "eval_episodes", "holdout_episodes", "holdout_mse"):
+            values[name] = tuple(values.get(name, ()))
+        return cls(**values)
 
 
 class DynamicsModel(Protocol):
@@ -51,18 +95,10 @@ class DynamicsModel(Protocol):
         """The memory before any input, for `batch` trajectories; () for a Markov model."""
         ...
 
-    def step(
-        self,
-        key: jax.Array,
-        obs: jax.Array,
-        action: jax.Array,
-        member: jax.Array | None = None,
-        *,
-        carry: Any = (),
-        deterministic: bool = False,
-        uncertainty: str = "aleatoric_max",
-    ) -> StepOutput:
-        """Predict one step.
+    def step(self, key: jax.Array, obs: jax.Array, action: jax.Array, member: jax.Array | None = None,
+             **options) -> StepOutput:
+        """Predict one step. The options, by keyword: `carry` (default ()), `deterministic` (default False) and
+        `uncertainty` (default "aleatoric_max" for a Markov model).
 
         member: None picks a member per sample uniformly among the elites (MOPO/RAVL);
         an int array of shape (B,) uses that member for each sample (NEUBAY's posterior sample).
@@ -71,6 +107,17 @@ class DynamicsModel(Protocol):
         uncertainty: name of a measure in `mbrl.world_models.uncertainty.MEASURES`.
         """
         ...
+
+
+class TaskFunctions:
+    """A model's copy with the task's own termination or reward function in place of the learnt one (mix it into a
+    flax struct with `termination_fn` and `reward_fn` fields)."""
+
+    def with_termination_fn(self, termination_fn):
+        return self.replace(termination_fn=termination_fn)
+
+    def with_reward_fn(self, reward_fn):
+        return self.replace(reward_fn=reward_fn)
 
 
 class MarkovModel:

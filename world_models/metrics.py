@@ -137,3 +137,14 @@ def _open_loop(model, obs, carry, actions, targets):  # the model is an argument
 
     _, errors = jax.lax.scan(step, (obs, carry), (actions, targets))
     return errors  # (K, S)
+
+
+def row_holdout_metrics(model, dataset) -> tuple[dict[str, np.ndarray], int]:
+    """`holdout_metrics` on the holdout rows its fit recorded (`ModelInfo.holdout_rows`), and their number."""
+    holdout = dataset.transitions.slice(np.asarray(model.info.holdout_rows, dtype=np.int64))
+    return holdout_metrics(model, holdout), len(holdout)
+
+
+def episode_holdout_metrics(model, dataset) -> tuple[dict[str, np.ndarray], int]:
+    """`history_holdout_metrics` on the holdout episodes its fit recorded (`ModelInfo.holdout_episodes`)."""
+    return history_holdout_metrics(model, dataset.transitions, dataset.episode_starts, model.info.holdout_episodes)

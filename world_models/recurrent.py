@@ -23,9 +23,7 @@ from flax, so that the history is read layer by layer with each layer's input pr
 from __future__ import annotations
 
 import dataclasses
-import os
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 import jax
@@ -33,17 +31,14 @@ import jax.numpy as jnp
 import numpy as np
 from flax import struct
 
-from mbrl.core.errors import ConfigError, UserError
-from mbrl.world_models.base import StepOutput
+from mbrl.core.errors import ConfigError
+from mbrl.world_models.base import ModelInfo, Normalizer, StepOutput, TaskFunctions
 from mbrl.world_models.ensemble import soft_clamp
-from mbrl.world_models.model import (
-    FORMAT as MLP_FORMAT, ModelInfo, Normalizer, WorldModel, read_model_meta, restore_model_arrays, sample_step,
-    save_model_dir,
-)
+from mbrl.world_models.model import sample_step
+from mbrl.world_models.saved import SavedModel
 from mbrl.world_models.uncertainty import get_measure
 
 FORMAT = "mbrl-recurrent-world-model"
-FORMAT_VERSION = 1
 
 
 @dataclasses.dataclass(frozen=True)
@@ -177,7 +172,9 @@ def heads_apply(params: dict, config: RecurrentConfig, h: jax.Array, x: jax.Arra
 
 
 @struct.dataclass
-class RecurrentWorldModel:
+class RecurrentWorldModel(TaskFunctions, SavedModel):
+    """RWM-U, fitted (`mbrl.world_models.recurrent_fit`), saved and loaded as `SavedModel` in format `FORMAT`."""
+
     params: Any
     input_norm: Normalizer  # over concat(obs, action)
     target_norm: Normalizer  # over concat(Δobs, reward)
@@ -250,47 +247,13 @@ class RecurrentWorldModel:
         return sample_step(key, obs, action, means, stds, term_logit, member, self.elites, self.termination_fn,
                            deterministic, measure, carry, reward_fn=self.reward_fn)
 
-    def with_termination_fn(self, termination_fn: Callable | None) -> RecurrentWorldModel:
-        return self.replace(termination_fn=termination_fn)
-
-    def with_reward_fn(self, reward_fn: Callable | None) -> RecurrentWorldModel:
-        return self.replace(reward_fn=reward_fn)
-
-    # -----------------------------------------------------------------------------------------
-    # Persistence: as the MLP ensemble's (`mbrl.world_models.model.save_model_dir`)
-
-    def save(self, path: str | os.PathLike) -> Path:
-        return save_model_dir(self, path, FORMAT, FORMAT_VERSION)
+    FORMAT = FORMAT  # class constants (not fields): `SavedModel`'s
+    CONFIG = RecurrentConfig
 
     @classmethod
-    def load(cls, path: str | os.PathLike, termination_fn: Callable | None = None,
-             reward_fn: Callable | None = None) -> RecurrentWorldModel:
-        path = Path(path).absolute()
-        meta = read_model_meta(path, FORMAT, FORMAT_VERSION)
-        try:
-            values = dict(meta["config"])
-            values["head_hidden"] = tuple(values["head_hidden"])
-            config = RecurrentConfig(**values)
-            obs_dim, act_dim = int(meta["obs_dim"]), int(meta["act_dim"])
-            info = ModelInfo.from_json(meta.get("info", {}))
-        except (KeyError, TypeError) as exc:
-            raise UserError(f"{path / 'model.json'}: missing or malformed field {exc}") from None
-        arrays = restore_model_arrays(path)
-        params = arrays["params"]
-        # orbax restores lists as dicts keyed "0", "1", ...
+    def restored_params(cls, params, config: RecurrentConfig):
+        """orbax restores lists as dicts keyed "0", "1", ...: the GRU's layers and the heads' as lists again."""
         for name, count in (("gru", config.gru_layers), ("heads", len(config.head_hidden) + 1)):
             layers = params[name]
             params[name] = [layers[str(i)] if isinstance(layers, dict) else layers[i] for i in range(count)]
-        return cls(**arrays, config=config, obs_dim=obs_dim, act_dim=act_dim, info=info, termination_fn=termination_fn,
-                   reward_fn=reward_fn)
-
-
-def load_model(path: str | os.PathLike, termination_fn: Callable | None = None, reward_fn: Callable | None = None):
-    """A saved world model of either kind, by the format its model.json names."""
-    meta = read_model_meta(Path(path))
-    if meta.get("format") == FORMAT:
-        return RecurrentWorldModel.load(path, termination_fn, reward_fn)
-    if meta.get("format") == MLP_FORMAT:
-        return WorldModel.load(path, termination_fn, reward_fn)
-    raise UserError(f"{Path(path) / 'model.json'}: field 'format' is {meta.get('format')!r}; expected "
-                    f"{MLP_FORMAT!r} or {FORMAT!r}")
+        return params

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import jax
 import jax.numpy as jnp
@@ -33,10 +33,12 @@ from flax import struct
 
 from mbrl.core.errors import ConfigError, DatasetError
 from mbrl.core.types import OfflineDataset, Transitions
-from mbrl.world_models.fit import (CONSTANT_TARGET_STD, FitConfigBase, FitControl, FitResult, check_finite, check_shapes,
-                                   choose_eval_episodes, fit_epochs, make_normalizer, model_inputs, model_targets)
-from mbrl.world_models.model import ModelInfo
-from mbrl.world_models.recurrent import RecurrentConfig, RecurrentWorldModel, gru_read, gru_step, heads_apply, init_params
+from mbrl.world_models.fitting import (
+    FitConfigBase, FitData, FitResult, choose_eval_episodes, fit_normalizers, model_targets, run_fit,
+)
+from mbrl.world_models.recurrent import (
+    RecurrentConfig, RecurrentWorldModel, gru_read, gru_step, heads_apply, init_params,
+)
 
 HOLDOUT_CHUNK = 1024  # windows per step of the holdout evaluation
 
@@ -204,110 +206,103 @@ def split_episodes(num_episodes: int, fit_config: RecurrentFitConfig, rng: np.ra
     return np.sort(rest[holdout_count:]), np.sort(rest[:holdout_count]), eval_episodes
 
 
-def fit_recurrent_model(
-    data: OfflineDataset,
-    *,
-    config: RecurrentConfig = RecurrentConfig(),
-    fit_config: RecurrentFitConfig = RecurrentFitConfig(),
-    termination_fn=None,
-    reward_fn=None,
-    source: str | None = None,
-    task: str | None = None,
-    progress: bool = True,
-    control: FitControl | None = None,
-) -> FitResult:
-    """Validate, split by episodes, fit, and wrap the best weights in a `RecurrentWorldModel` that records the
-    split (`source` / `task`: what to record instead of the dataset's own; `control`: checkpoints and signals,
-    `mbrl.world_models.fit.fit_epochs`).
+@dataclasses.dataclass(frozen=True)
+class WindowSplit:
+    """RWM-U's split: whole episodes. `train`: the rows of the training episodes (for the normalizers); `rows`: every
+    row windows are cut from (the data's, then its held-out file's); the windows' first rows; what records it."""
 
-    A dataset with held-out data (`OfflineDataset.heldout`, a NeoRL-2 `-val` file) is fitted on every episode;
-    the holdout and the eval episodes come from the held-out data instead (their indices are its episodes)."""
-    transitions: Transitions = data.transitions
-    source = source or data.info.source or "dataset"
-    task = task or data.info.task
-    check_shapes(transitions, source)
-    check_finite(transitions, source)
-    episode_starts = np.asarray(data.episode_starts)
-    n = len(transitions)
-    if len(episode_starts) == 0:
-        raise DatasetError(f"{source}: no episode boundaries; RWM-U reads histories, so it needs episodes")
-    rng = np.random.default_rng(fit_config.seed)
-    heldout = data.heldout
-    width = config.history + config.forecast - 1
-    if heldout is not None:
-        held_source = heldout.info.source or f"{source} (held out)"
-        check_shapes(heldout.transitions, held_source)
-        check_finite(heldout.transitions, held_source)
-        held_starts = np.asarray(heldout.episode_starts)
-        if len(held_starts) < 2:
-            raise DatasetError(f"{held_source}: {len(held_starts)} episode(s); the held-out data must hold at least 2")
-        # The split of the held-out episodes, as a dataset's own would be split; its training part is unused.
-        _, holdout_eps, eval_eps = split_episodes(len(held_starts), fit_config, rng)
-        train_eps = np.arange(len(episode_starts))
-        # One array of rows: the train file's, then the held-out file's (windows never cross an episode).
-        all_starts = np.concatenate([episode_starts, held_starts + n])
-        fitted = transitions
-        transitions = jax.tree.map(lambda a, b: np.concatenate([a, b]), transitions, heldout.transitions)
-        holdout_starts = window_starts(all_starts, len(transitions), holdout_eps + len(episode_starts), width)
-        train_starts = window_starts(all_starts, len(transitions), train_eps, width)
-    else:
-        train_eps, holdout_eps, eval_eps = split_episodes(len(episode_starts), fit_config, rng)
-        fitted = transitions
-        train_starts = window_starts(episode_starts, n, train_eps, width)
-        holdout_starts = window_starts(episode_starts, n, holdout_eps, width)
-    if len(train_starts) == 0 or len(holdout_starts) == 0:
-        raise DatasetError(
-            f"{source}: no {'training' if len(train_starts) == 0 else 'holdout'} episode has {width} steps "
-            f"(rwm.history {config.history} + rwm.forecast {config.forecast} - 1); shorten the history or forecast")
-    if len(holdout_starts) > fit_config.holdout_windows:
-        keep = np.linspace(0, len(holdout_starts) - 1, fit_config.holdout_windows).round().astype(int)
-        holdout_starts = holdout_starts[keep]
-    bounds = np.append(episode_starts, n)
-    train_rows = np.concatenate([np.arange(bounds[e], bounds[e + 1]) for e in train_eps])
-    input_norm = make_normalizer(model_inputs(fitted.slice(train_rows)))
-    target_norm = make_normalizer(model_targets(fitted.slice(train_rows)), CONSTANT_TARGET_STD)
-    norms = (input_norm, target_norm)
-    device = WindowData(
-        obs=jnp.asarray(transitions.obs), action=jnp.asarray(transitions.action),
-        targets=target_norm.normalize(jnp.asarray(model_targets(transitions))),
-        terminal=jnp.asarray(transitions.terminal, bool),
-        train_starts=jnp.asarray(train_starts), holdout_starts=jnp.asarray(holdout_starts))
-    key = jax.random.PRNGKey(fit_config.seed)
-    key, init_key = jax.random.split(key)
-    params = init_params(init_key, config, transitions.obs_dim + transitions.act_dim, transitions.obs_dim + 1)
-    opt_state = make_optimizer(fit_config).init(params)
-    state = {"params": params, "opt_state": opt_state, "best_params": jax.tree.map(jnp.copy, params),
-             "best_mse": jnp.full((config.num_heads,), jnp.inf, jnp.float32)}
-
-    def advance(state, epoch_key):
-        params, opt_state, train_loss, mse = run_epoch(state["params"], state["opt_state"], device, norms, epoch_key,
-                                                       config=config, fit_config=fit_config)
-        mse = np.asarray(mse, np.float64)
-        mean_mse = float(mse.mean())
-        if not np.isfinite(mean_mse):
-            raise DatasetError(f"{source}: RWM-U diverged (non-finite holdout forecast error); check the dataset's scale")
-        best = {"best_params": state["best_params"], "best_mse": state["best_mse"]}
-        if mean_mse < float(np.mean(np.asarray(state["best_mse"], np.float64))):
-            best = {"best_params": jax.tree.map(jnp.copy, params), "best_mse": jnp.asarray(mse, jnp.float32)}
-        return {"params": params, "opt_state": opt_state, **best}, train_loss, mse, mean_mse
-
-    def describe(mse, stopping):
-        return f"holdout forecast mse {mse.mean():.4g} · no gain for {stopping.since_improved}/{fit_config.patience}"
-
-    state, history, stop_reason, seconds = fit_epochs(advance, state, key, fit_config=fit_config, describe=describe,
-                                                      progress=progress, control=control)
-    best_mse = np.asarray(state["best_mse"], np.float64)
-    info = ModelInfo(
-        source=source, task=task, num_transitions=n, holdout_from="heldout" if heldout is not None else "",
-        eval_episodes=tuple(int(e) for e in eval_eps), holdout_episodes=tuple(int(e) for e in holdout_eps),
-        holdout_mse=tuple(float(m) for m in best_mse), epochs=len(history),
-        fit_seconds=round(seconds, 3), stop_reason=stop_reason, seed=fit_config.seed)
-    model = RecurrentWorldModel(
-        params=state["best_params"], input_norm=input_norm, target_norm=target_norm,
-        elites=jnp.arange(config.num_heads, dtype=jnp.int32), config=config, obs_dim=transitions.obs_dim,
-        act_dim=transitions.act_dim, info=info, termination_fn=termination_fn,
-        reward_fn=reward_fn)
-    return FitResult(model=model, history=history, stop_reason=stop_reason)
+    train: Transitions
+    rows: Transitions
+    train_starts: np.ndarray
+    holdout_starts: np.ndarray
+    source: str
+    info: dict = dataclasses.field(default_factory=dict)
 
 
+@dataclasses.dataclass(frozen=True)
+class RecurrentFit:
+    """RWM-U's part of the one fit (`mbrl.world_models.fitting.run_fit`): an episode split, windows of history +
+    forecast steps, `steps_per_epoch` compiled steps an epoch, the best weights of all heads together."""
 
+    config: RecurrentConfig
+    fit_config: RecurrentFitConfig
+    model_class = RecurrentWorldModel
+    normalizers = staticmethod(fit_normalizers)
+
+    def split(self, data: FitData, rng: np.random.Generator) -> WindowSplit:
+        """Train, holdout and eval episodes of the data, or (held-out data) holdout and eval episodes of its held-out
+        file and every episode of the data to train on; the windows inside them (holdout ones evenly thinned)."""
+        config, source, transitions = self.config, data.source, data.transitions
+        if data.episode_starts is None or len(data.episode_starts) == 0:
+            raise DatasetError(f"{source}: no episode boundaries; RWM-U reads histories, so it needs episodes")
+        episode_starts, n, width = data.episode_starts, len(transitions), config.history + config.forecast - 1
+        if data.heldout is not None:
+            held_starts = np.asarray(data.heldout.episode_starts)
+            if len(held_starts) < 2:
+                raise DatasetError(f"{FitData.heldout_source(data.heldout, source)}: {len(held_starts)} episode(s); "
+                                   "the held-out data must hold at least 2")
+            # The split of the held-out episodes, as a dataset's own would be split; its training part is unused.
+            _, holdout_eps, eval_eps = split_episodes(len(held_starts), self.fit_config, rng)
+            train_eps, holdout_in = np.arange(len(episode_starts)), holdout_eps + len(episode_starts)
+            # One array of rows: the train file's, then the held-out file's (windows never cross an episode).
+            all_starts = np.concatenate([episode_starts, held_starts + n])
+            rows = jax.tree.map(lambda a, b: np.concatenate([a, b]), transitions, data.heldout.transitions)
+        else:
+            train_eps, holdout_eps, eval_eps = split_episodes(len(episode_starts), self.fit_config, rng)
+            holdout_in, all_starts, rows = holdout_eps, episode_starts, transitions
+        train_starts = window_starts(all_starts, len(rows), train_eps, width)
+        holdout_starts = window_starts(all_starts, len(rows), holdout_in, width)
+        if len(train_starts) == 0 or len(holdout_starts) == 0:
+            raise DatasetError(
+                f"{source}: no {'training' if len(train_starts) == 0 else 'holdout'} episode has {width} steps "
+                f"(rwm.history {config.history} + rwm.forecast {config.forecast} - 1); shorten the history or forecast")
+        if len(holdout_starts) > self.fit_config.holdout_windows:
+            keep = np.linspace(0, len(holdout_starts) - 1, self.fit_config.holdout_windows).round().astype(int)
+            holdout_starts = holdout_starts[keep]
+        bounds = np.append(episode_starts, n)
+        train_rows = np.concatenate([np.arange(bounds[e], bounds[e + 1]) for e in train_eps])
+        info = {"eval_episodes": tuple(int(e) for e in eval_eps), "holdout_episodes": tuple(int(e) for e in holdout_eps)}
+        return WindowSplit(transitions.slice(train_rows), rows, train_starts, holdout_starts, source, info)
+
+    def start(self, split: WindowSplit, norms):
+        config, fit_config, rows = self.config, self.fit_config, split.rows
+        device = WindowData(
+            obs=jnp.asarray(rows.obs), action=jnp.asarray(rows.action),
+            targets=norms[1].normalize(jnp.asarray(model_targets(rows))), terminal=jnp.asarray(rows.terminal, bool),
+            train_starts=jnp.asarray(split.train_starts), holdout_starts=jnp.asarray(split.holdout_starts))
+        key = jax.random.PRNGKey(fit_config.seed)
+        key, init_key = jax.random.split(key)
+        params = init_params(init_key, config, rows.obs_dim + rows.act_dim, rows.obs_dim + 1)
+        state = {"params": params, "opt_state": make_optimizer(fit_config).init(params),
+                 "best_params": jax.tree.map(jnp.copy, params),
+                 "best_mse": jnp.full((config.num_heads,), jnp.inf, jnp.float32)}
+
+        def advance(state, epoch_key):
+            params, opt_state, train_loss, mse = run_epoch(state["params"], state["opt_state"], device, norms,
+                                                           epoch_key, config=config, fit_config=fit_config)
+            mse = np.asarray(mse, np.float64)
+            mean_mse = float(mse.mean())
+            if not np.isfinite(mean_mse):
+                raise DatasetError(f"{split.source}: RWM-U diverged (non-finite holdout forecast error); check the "
+                                   "dataset's scale")
+            best = {"best_params": state["best_params"], "best_mse": state["best_mse"]}
+            if mean_mse < float(np.mean(np.asarray(state["best_mse"], np.float64))):
+                best = {"best_params": jax.tree.map(jnp.copy, params), "best_mse": jnp.asarray(mse, jnp.float32)}
+            return {"params": params, "opt_state": opt_state, **best}, train_loss, mse, mean_mse
+
+        return state, key, advance
+
+    def describe(self, mse, stopping) -> str:
+        return (f"holdout forecast mse {mse.mean():.4g} · no gain for {stopping.since_improved}/"
+                f"{self.fit_config.patience}")
+
+    def finish(self, state: dict):
+        best_mse = np.asarray(state["best_mse"], np.float64)
+        return state["best_params"], np.arange(self.config.num_heads, dtype=np.int32), best_mse
+
+
+def fit_recurrent_model(data: OfflineDataset, *, config: RecurrentConfig = RecurrentConfig(),
+                        fit_config: RecurrentFitConfig = RecurrentFitConfig(), **options: Any) -> FitResult:
+    """Fit RWM-U on `data` (with episodes) and wrap it in a `RecurrentWorldModel` that records the split; `options`:
+    those of `mbrl.world_models.fitting.run_fit` (termination_fn, reward_fn, source, task, progress, control)."""
+    return run_fit(RecurrentFit(config, fit_config), data, **options)

@@ -16,7 +16,7 @@ import numpy as np
 
 from mbrl.core.errors import ConfigError
 from mbrl.envs.robots.dds import DdsRobot
-from mbrl.envs.robots.protocol import RobotError
+from mbrl.envs.robots.protocol import Robot, RobotError
 from mbrl.envs.robots.ros2 import Ros2Robot
 from mbrl.envs.robots.udp import UdpRobot, parse_address
 
@@ -50,7 +50,7 @@ class SimOptions:
 
 
 def make_robot(uri: str, *, obs_dim: int, action_low, action_high, obs_timeout: float, sim: SimOptions = SimOptions(),
-               ros2_backend: str = "dds"):
+               ros2_backend: str = "dds") -> Robot:
     """The adapter for `uri`. `obs_dim` and the action bounds describe what the controller expects (ROS 2 topics
     do not advertise sizes); `obs_timeout` is how long a networked robot's `observe` waits for a new one."""
     if uri.startswith("sim:"):
@@ -88,7 +88,7 @@ def make_robot(uri: str, *, obs_dim: int, action_low, action_high, obs_timeout: 
     raise ConfigError(f"--robot {uri!r}: unknown robot; expected sim:TASK, mujoco:ENV_ID, udp://HOST:PORT or ros2:PREFIX")
 
 
-def check_fit(robot, policy: str, obs_dim: int, act_dim: int, action_low, action_high,
+def check_fit(robot: Robot, policy: str, obs_dim: int, act_dim: int, action_low, action_high,
               declared: bool = False) -> tuple[np.ndarray, np.ndarray]:
     """The command bounds a policy (`policy` names it: an export, a run) and a connected robot agree on;
     RobotError when the dims differ or the bounds do not overlap, or, for a `declared` robot (its bounds are the

@@ -51,7 +51,7 @@ import weakref
 
 import numpy as np
 
-from mbrl.envs.robots.protocol import Observation, RobotError
+from mbrl.envs.robots.protocol import Observation, Robot, RobotError
 from mbrl.core.errors import MissingDependencyError
 
 CONNECT_TIMEOUT_ENV = "MBRL_ROS2_CONNECT_TIMEOUT"  # seconds connect() waits for the robot's endpoints
@@ -103,7 +103,7 @@ def parse_segments(message, topic: str, obs_dim: int | None) -> dict:
     return out
 
 
-class DdsRobot:
+class DdsRobot(Robot):
     """A robot behind the topics above. `obs_timeout`: how long `observe` waits for a new observation;
     `connect_timeout` (default: $MBRL_ROS2_CONNECT_TIMEOUT, else 5 s): how long `connect` waits for the robot."""
 
@@ -112,11 +112,9 @@ class DdsRobot:
         if not cyclonedds_available():
             raise MissingDependencyError(f"ros2:{prefix}: cyclonedds is not installed; pip install 'offline-mbrl[ros2]'")
         self.prefix = normalize_prefix(prefix)
-        self.name = f"ros2:{self.prefix}"
-        self._obs_dim = int(obs_dim)
-        self._low = np.asarray(action_low, np.float32).reshape(-1)
-        self._high = np.asarray(action_high, np.float32).reshape(-1)
-        self.obs_timeout, self.request_timeout, self.retries = obs_timeout, request_timeout, retries
+        super().__init__(f"ros2:{self.prefix}", obs_timeout=obs_timeout)
+        self._set_spec(obs_dim, action_low, action_high)
+        self.request_timeout, self.retries = request_timeout, retries
         if connect_timeout is None:
             text = os.environ.get(CONNECT_TIMEOUT_ENV)
             try:
@@ -126,29 +124,10 @@ class DdsRobot:
         self.connect_timeout = connect_timeout
         self.topics = {role: "rt" + self.prefix + "/" + role for role in ("observation", "action", "request", "reply")}
         self._dds = None  # the DDS entities, while connected
-        self._last: Observation | None = None
         self._step = 0
         self._observed_step = -1  # the step whose observation was taken (each is taken once)
-        self._seq = 0
-        self._fresh = False
         self._stamp_ns = 0
         self._discovered = False  # a robot's endpoints were matched at connect
-
-    @property
-    def obs_dim(self) -> int:
-        return self._obs_dim
-
-    @property
-    def act_dim(self) -> int:
-        return int(self._low.size)
-
-    @property
-    def action_low(self) -> np.ndarray:
-        return self._low
-
-    @property
-    def action_high(self) -> np.ndarray:
-        return self._high
 
     def connect(self) -> None:
         try:
@@ -223,13 +202,13 @@ class DdsRobot:
                 reply = message.frame_id
         accepted = None
         for message in self._take("obs", self._msg.Float64MultiArray):
-            parts = parse_segments(message, self.topics["observation"], self._obs_dim)
+            parts = parse_segments(message, self.topics["observation"], self.obs_dim)
             step = parts.get("step")
             if step is None or (step == self._step and self._observed_step != self._step):
                 accepted = parts
                 self._observed_step = self._step
         if accepted is not None:
-            self._last = self._observation(accepted)
+            self._observation(accepted)
         return accepted is not None, reply
 
     def _wait(self, seconds: float) -> None:
@@ -237,16 +216,9 @@ class DdsRobot:
             self._dds["waitset"].wait(max(1, int(seconds * 1e9)))
 
     def _observation(self, parts: dict) -> Observation:
-        self._seq += 1
         reward = parts.get("reward")
-        return Observation(
-            values=parts["observation"].astype(np.float32),
-            timestamp=time.monotonic(),
-            seq=self._seq,
-            reward=None if reward is None or parts.get("step") == 0 else float(reward),
-            terminated=bool(parts.get("terminated", 0.0)),
-            truncated=bool(parts.get("truncated", 0.0)),
-        )
+        return self._measured(parts["observation"], reward=None if reward is None or parts.get("step") == 0 else float(reward),
+                              terminated=bool(parts.get("terminated", 0.0)), truncated=bool(parts.get("truncated", 0.0)))
 
     # -- requests ----------------------------------------------------------------------------------------
 
@@ -291,29 +263,17 @@ class DdsRobot:
         self._request("reset" if seed is None else f"reset {int(seed)}", want_observation=True)
         self._fresh = True
 
-    def observe(self) -> Observation:
-        """The observation that followed the last action; the previous one (same seq, stale) if none arrives in time."""
-        if self._fresh:
-            self._fresh = False
-            return self._last
-        deadline = time.monotonic() + self.obs_timeout
-        while True:
-            fresh, _ = self._poll()
-            if fresh:
-                return self._last
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                return self._last
-            self._wait(remaining)
+    def _receive_observation(self, seconds: float) -> bool:
+        self._wait(seconds)
+        fresh, _ = self._poll()
+        return fresh
 
-    def act(self, action) -> np.ndarray:
-        sent = np.clip(np.asarray(action, np.float32).reshape(self.act_dim), self._low, self._high)
+    def _send(self, sent: np.ndarray) -> None:
         try:
             self._dds["action"].write(self._msg.segmented([("action", sent.tolist()), ("step", [self._step])]))
         except Exception:  # a robot that went away: the watchdog sees stale observations and stops
             pass
         self._step += 1
-        return sent
 
     def safe_stop(self) -> None:
         if self._dds is not None:

@@ -15,7 +15,6 @@ stop, errors, controllers coming and going) go to `--log` as JSON lines. The dom
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 import time
@@ -23,7 +22,7 @@ import time
 import numpy as np
 
 from mbrl.envs.robots.dds import normalize_prefix
-from mbrl.envs.robots.stepper import GymStepper, serve_until_stopped
+from mbrl.envs.robots.stepper import GymStepper, gym_server_parser, serve_program
 
 
 class DdsSim:
@@ -163,25 +162,17 @@ class DdsSim:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m mbrl.envs.robots.dds_sim", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--env", default="Hopper-v5", help="a Gymnasium env id (default Hopper-v5)")
-    parser.add_argument("--prefix", default="/robot", help="the ROS 2 topic prefix (default /robot)")
-    parser.add_argument("--max-episode-steps", type=int, default=None)
-    parser.add_argument("--stop-after", type=int, default=None, help="stop publishing observations after N steps of an episode")
-    parser.add_argument("--log", default=None, help="append events as JSON lines to this file")
-    args = parser.parse_args(argv)
+    args = gym_server_parser("python -m mbrl.envs.robots.dds_sim", __doc__, "publishing observations",
+                             ("--prefix", {"default": "/robot", "help": "the ROS 2 topic prefix (default /robot)"})).parse_args(argv)
     try:
         import cyclonedds  # noqa: F401
     except ImportError as exc:
         print(f"dds_sim: error: cannot import cyclonedds ({exc}); pip install 'offline-mbrl[ros2]'", file=sys.stderr)
         return 2
 
-    try:
-        node = DdsSim(GymStepper(args.env, args.max_episode_steps), args.prefix, args.stop_after, args.log)
-    except Exception as exc:  # a bad env id, prefix or domain: one line, exit 2
-        print(f"dds_sim: error: {' '.join(str(exc).split())}", file=sys.stderr)
-        return 2
-    return serve_until_stopped(node, f"ready on ros2:{node.prefix}")
+    return serve_program(  # a bad env id, prefix or domain: one line, exit 2
+        "dds_sim", lambda: DdsSim(GymStepper(args.env, args.max_episode_steps), args.prefix, args.stop_after, args.log),
+        lambda node: f"ready on ros2:{node.prefix}")
 
 
 if __name__ == "__main__":

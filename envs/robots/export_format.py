@@ -9,11 +9,11 @@ Version 2 added `state` for recurrent policies (inputs, carry leaves, reset rule
 
 from __future__ import annotations
 
-import json
 import math
 from pathlib import Path
 
 from mbrl.core.errors import UserError
+from mbrl.core.files import read_json
 
 FORMAT = "offline-mbrl-policy"
 FORMAT_VERSION = 2
@@ -45,12 +45,7 @@ def read_description(export_dir: str | Path) -> dict:
     path = export_dir / JSON_FILE
     if not export_dir.is_dir():
         raise ExportError(f"{export_dir}: no such export directory; expected a folder written by `mbrl export`")
-    if not path.is_file():
-        raise ExportError(f"{path}: missing; expected {JSON_FILE} in a folder written by `mbrl export`")
-    try:
-        data = json.loads(path.read_text())
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise ExportError(f"{path}: not valid JSON ({exc})") from None
+    data = read_json(path, f"missing; expected {JSON_FILE} in a folder written by `mbrl export`", ExportError)
     if not isinstance(data, dict) or data.get("format") != FORMAT:
         raise ExportError(f"{path}: field 'format' is {data.get('format') if isinstance(data, dict) else None!r}; expected {FORMAT!r}")
     if data.get("format_version") not in READABLE_VERSIONS:

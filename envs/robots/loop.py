@@ -94,11 +94,14 @@ class ControlLoop:
     """Runs `policy` (obs -> action, with `reset()`) on `robot` through `safety` at `rate_hz`.
 
     `run` drives whole episodes (deploy). A caller with its own schedule (fine-tuning) drives the same
-    ticks itself inside `session`: `begin_episode`, `tick` until one ends, `finish_episode`.
+    ticks itself inside `session`: `begin_episode`, `tick` until one ends, `finish_episode`. `robot` is any
+    `Robot` (`mbrl.envs.robots.protocol`): the loop uses nothing of it beyond that base.
     """
 
     def __init__(self, robot: Robot, policy: Callable, safety: SafetyLayer, rate_hz: float | None,
                  log_path: str | Path | None = None, append_log: bool = False):
+        if not isinstance(robot, Robot):
+            raise TypeError(f"ControlLoop: the robot must be a mbrl.envs.robots.protocol.Robot, found {type(robot).__name__}")
         self.robot, self.policy, self.safety = robot, policy, safety
         self.period = None if not rate_hz else 1.0 / float(rate_hz)
         self.log = TickLog(log_path, append=append_log)
@@ -250,7 +253,7 @@ class ControlLoop:
         latencies = np.asarray(log.latencies_ms) if log.latencies_ms else np.zeros(1)
         returns = [e["return"] for e in log.episodes]
         return {
-            "robot": getattr(self.robot, "name", type(self.robot).__name__),
+            "robot": self.robot.name,
             "stop_reason": self.stop_reason,
             "seconds": round(seconds, 3),
             "ticks": log.ticks,

@@ -17,7 +17,7 @@ import mujoco
 import numpy as np
 
 import mbrl.envs.tasks  # noqa: F401  registers the tasks' Gymnasium ids (NeoRL2/DMSD-v0, ...)
-from mbrl.envs.robots.protocol import Observation, RobotError
+from mbrl.envs.robots.protocol import Observation, Robot, RobotError
 
 # mjtJoint: free 0, ball 1, slide 2, hinge 3.
 _QPOS_SUFFIXES = {0: ("x", "y", "z", "qw", "qx", "qy", "qz"), 1: ("qw", "qx", "qy", "qz"), 2: ("",), 3: ("",)}
@@ -90,7 +90,7 @@ def _time_limit(env):
     return None
 
 
-class MujocoRobot:
+class MujocoRobot(Robot):
     def __init__(
         self,
         env_id: str,
@@ -105,8 +105,8 @@ class MujocoRobot:
     ):
         if obs_latency < 0 or action_delay < 0 or obs_noise < 0:
             raise RobotError(f"mujoco:{env_id}: obs_latency, action_delay and obs_noise must be >= 0")
+        super().__init__(f"mujoco:{env_id}")
         self.env_id = env_id
-        self.name = f"mujoco:{env_id}"
         self.max_episode_steps = max_episode_steps
         self.obs_latency, self.obs_noise, self.action_delay = obs_latency, obs_noise, action_delay
         self.nan_obs_at = frozenset(nan_obs_at)
@@ -116,23 +116,6 @@ class MujocoRobot:
         self.safe_stops = 0  # how many times safe_stop ran (tests, logs)
         self.stopped = False
 
-    # dims and bounds, known after connect
-    @property
-    def obs_dim(self) -> int:
-        return int(np.prod(self._env().observation_space.shape))
-
-    @property
-    def act_dim(self) -> int:
-        return int(np.prod(self._env().action_space.shape))
-
-    @property
-    def action_low(self) -> np.ndarray:
-        return self._env().action_space.low.astype(np.float32)
-
-    @property
-    def action_high(self) -> np.ndarray:
-        return self._env().action_space.high.astype(np.float32)
-
     def _env(self):
         if self.env is None:
             raise RobotError(f"{self.name}: not connected")
@@ -141,18 +124,19 @@ class MujocoRobot:
     def connect(self) -> None:
         kwargs = {} if self.max_episode_steps is None else {"max_episode_steps": self.max_episode_steps}
         self.env = _make(self.env_id, **kwargs)
+        space = self.env.action_space
+        self._set_spec(int(np.prod(self.env.observation_space.shape)), space.low, space.high)  # dims and bounds
         self.reset()
 
     def reset(self, seed: int | None = None) -> None:
         obs, _ = self._env().reset(seed=seed)
         self.stopped = False
         self.step_count = 0
-        self._seq = getattr(self, "_seq", 0) + 1
+        self._seq += 1
         self._history = collections.deque([(np.asarray(obs, np.float64), time.monotonic(), self._seq, None, False, False)],
                                           maxlen=self.obs_latency + 1)
         self._frozen: Observation | None = None
-        safe = np.clip(np.zeros(self.act_dim, np.float32), self.action_low, self.action_high)
-        self._pending = collections.deque([safe] * self.action_delay)
+        self._pending = collections.deque([self.rest_action] * self.action_delay)
 
     def observe(self) -> Observation:
         if self._frozen is not None:
@@ -170,18 +154,15 @@ class MujocoRobot:
             self._frozen = obs
         return obs
 
-    def act(self, action) -> np.ndarray:
-        env = self._env()
-        sent = np.clip(np.asarray(action, np.float32).reshape(self.act_dim), self.action_low, self.action_high)
+    def _send(self, sent: np.ndarray) -> None:
         if self.stopped:
-            return sent
+            return
         self._pending.append(sent)
         applied = self._pending.popleft()
-        obs, reward, terminated, truncated, _ = env.step(applied)
+        obs, reward, terminated, truncated, _ = self._env().step(applied)
         self.step_count += 1
         self._seq += 1
         self._history.append((np.asarray(obs, np.float64), time.monotonic(), self._seq, float(reward), terminated, truncated))
-        return sent
 
     def snapshot(self) -> dict | None:
         """The episode in progress as plain values: MuJoCo's whole integration state, the time limit's counter,
@@ -235,3 +216,4 @@ class MujocoRobot:
         if self.env is not None:
             self.env.close()
             self.env = None
+            self._spec = None

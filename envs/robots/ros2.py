@@ -13,11 +13,10 @@ is absent, making a Ros2Robot raises MissingDependencyError.
 from __future__ import annotations
 
 import importlib.util
-import time
 
 import numpy as np
 
-from mbrl.envs.robots.protocol import Observation, RobotError
+from mbrl.envs.robots.protocol import Robot, RobotError
 from mbrl.core.errors import MissingDependencyError
 
 
@@ -25,7 +24,7 @@ def rclpy_available() -> bool:
     return importlib.util.find_spec("rclpy") is not None
 
 
-class Ros2Robot:
+class Ros2Robot(Robot):
     def __init__(self, prefix: str, obs_dim: int, action_low, action_high, *, obs_topic_type: str = "joint_state",
                  use_effort: bool = False, obs_timeout: float = 0.05):
         if not rclpy_available():
@@ -36,30 +35,10 @@ class Ros2Robot:
         if obs_topic_type not in ("joint_state", "array"):
             raise RobotError(f"ros2:{prefix}: obs_topic_type must be 'joint_state' or 'array', found {obs_topic_type!r}")
         self.prefix = "/" + prefix.strip("/")
-        self.name = f"ros2:{self.prefix}"
-        self._obs_dim = int(obs_dim)
-        self._low = np.asarray(action_low, np.float32)
-        self._high = np.asarray(action_high, np.float32)
-        self.obs_topic_type, self.use_effort, self.obs_timeout = obs_topic_type, use_effort, obs_timeout
+        super().__init__(f"ros2:{self.prefix}", obs_timeout=obs_timeout)
+        self._set_spec(obs_dim, action_low, action_high)
+        self.obs_topic_type, self.use_effort = obs_topic_type, use_effort
         self._node = None
-        self._latest: Observation | None = None
-        self._seq = 0
-
-    @property
-    def obs_dim(self) -> int:
-        return self._obs_dim
-
-    @property
-    def act_dim(self) -> int:
-        return int(self._low.size)
-
-    @property
-    def action_low(self) -> np.ndarray:
-        return self._low
-
-    @property
-    def action_high(self) -> np.ndarray:
-        return self._high
 
     def connect(self) -> None:
         # optional: a ROS 2 installation's rclpy and messages (no pip package; __init__ checks for them)
@@ -80,10 +59,9 @@ class Ros2Robot:
 
     def _store(self, values) -> None:
         values = np.asarray(values, np.float32).reshape(-1)
-        if values.size != self._obs_dim:
-            raise RobotError(f"{self.name}: an observation of {values.size} values, the policy expects {self._obs_dim}")
-        self._seq += 1
-        self._latest = Observation(values, time.monotonic(), self._seq)
+        if values.size != self.obs_dim:
+            raise RobotError(f"{self.name}: an observation of {values.size} values, the policy expects {self.obs_dim}")
+        self._measured(values)
 
     def _on_joint_state(self, message) -> None:
         parts = [message.position, message.velocity] + ([message.effort] if self.use_effort else [])
@@ -95,24 +73,19 @@ class Ros2Robot:
     def reset(self, seed: int | None = None) -> None:
         """A real robot has no episodes to reset; the controller starts from its current state."""
 
-    def observe(self) -> Observation:
+    def _receive_observation(self, seconds: float) -> bool:
+        """The subscriptions' callbacks run here; every message is a new measurement (a robot with no steps)."""
         seq = self._seq
-        deadline = time.monotonic() + self.obs_timeout
-        while self._seq == seq and (remaining := deadline - time.monotonic()) > 0:
-            self._rclpy.spin_once(self._node, timeout_sec=remaining)
-        if self._latest is None:
-            return Observation(np.full(self._obs_dim, np.nan, np.float32), 0.0, 0)  # nothing yet: not finite, held
-        return self._latest
+        if seconds > 0:
+            self._rclpy.spin_once(self._node, timeout_sec=seconds)
+        return self._seq != seq
 
-    def act(self, action) -> np.ndarray:
-        sent = np.clip(np.asarray(action, np.float32).reshape(self.act_dim), self._low, self._high)
+    def _send(self, sent: np.ndarray) -> None:
         self._publisher.publish(self._message_type(data=[float(x) for x in sent]))
-        return sent
 
     def safe_stop(self) -> None:
         if self._node is not None:
-            safe = np.clip(np.zeros(self.act_dim, np.float32), self._low, self._high)
-            self._publisher.publish(self._message_type(data=[float(x) for x in safe]))
+            self._send(self.rest_action)
 
     def disconnect(self) -> None:
         if self._node is not None:

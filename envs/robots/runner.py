@@ -18,6 +18,7 @@ from pathlib import Path
 import numpy as np
 
 from mbrl.envs.robots.export_format import JSON_FILE, ONNX_FILE, RECURRENT_INPUTS, ExportError, read_description
+from mbrl.envs.robots.protocol import Observation, Robot, RobotWrapper
 from mbrl.core.errors import MissingDependencyError
 
 _ONNX_TYPES = {"float32": "tensor(float)", "float64": "tensor(double)", "int32": "tensor(int32)",
@@ -137,7 +138,7 @@ class PolicyRunner:
         return action[0] if single else action
 
 
-class RewardFeed:
+class RewardFeed(RobotWrapper):
     """A robot (wrapped) whose fresh observations hand their reward to a recurrent `PolicyRunner`.
 
     The reward an observation carries is the previous step's: the policy's prev_reward for the tick
@@ -146,54 +147,49 @@ class RewardFeed:
     Everything else passes through to the robot.
     """
 
-    def __init__(self, robot, runner: PolicyRunner):
-        self._robot, self._runner = robot, runner
-        self._seq: int | None = None
+    def __init__(self, robot: Robot, runner: PolicyRunner):
+        super().__init__(robot)
+        self._runner = runner
+        self._fed: int | None = None  # the seq of the last observation whose reward was fed
         self.rewards_seen = 0
 
-    def __getattr__(self, name):
-        return getattr(self._robot, name)
-
     def reset(self, seed: int | None = None) -> None:
-        self._robot.reset(seed)
-        self._seq = None
+        self.robot.reset(seed)
+        self._fed = None
 
-    def observe(self):
-        obs = self._robot.observe()
-        if self._seq is None or obs.seq > self._seq:
-            self._seq = obs.seq
+    def observe(self) -> Observation:
+        obs = self.robot.observe()
+        if self._fed is None or obs.seq > self._fed:
+            self._fed = obs.seq
             self._runner.give_reward(0.0 if obs.reward is None else float(obs.reward))
             self.rewards_seen += obs.reward is not None
         return obs
 
 
-class ChangeFeed:
+class ChangeFeed(RobotWrapper):
     """A robot (wrapped) observed as its task `+change` is (`mbrl.core.change`): each observation's values followed by
     their change since the previous fresh observation, 0 at the first after a reset. A stale observation (no new
     measurement: the same `seq`) repeats the last observed values and change. Everything else passes through."""
 
-    def __init__(self, robot):
-        self._robot = robot
-        self._last = None  # (seq, values, observed values) of the last fresh observation
-
-    def __getattr__(self, name):
-        return getattr(self._robot, name)
+    def __init__(self, robot: Robot):
+        super().__init__(robot)
+        self._previous = None  # (seq, values, observed values) of the last fresh observation
 
     @property
     def obs_dim(self) -> int:
-        return 2 * self._robot.obs_dim
+        return 2 * self.robot.obs_dim
 
     def reset(self, seed: int | None = None) -> None:
-        self._robot.reset(seed)
-        self._last = None
+        self.robot.reset(seed)
+        self._previous = None
 
-    def observe(self):
-        obs = self._robot.observe()
+    def observe(self) -> Observation:
+        obs = self.robot.observe()
         values = np.asarray(obs.values, np.float32)
-        if self._last is not None and obs.seq <= self._last[0]:
-            observed = self._last[2]
+        if self._previous is not None and obs.seq <= self._previous[0]:
+            observed = self._previous[2]
         else:
-            change = np.zeros_like(values) if self._last is None else values - self._last[1]
+            change = np.zeros_like(values) if self._previous is None else values - self._previous[1]
             observed = np.concatenate([values, change])
-            self._last = (obs.seq, values, observed)
+            self._previous = (obs.seq, values, observed)
         return dataclasses.replace(obs, values=observed)

@@ -12,7 +12,6 @@ Events (hello, reset, stop, bye, errors) go to `--log` as JSON lines.
 
 from __future__ import annotations
 
-import argparse
 import json
 import socket
 import sys
@@ -20,7 +19,7 @@ import time
 
 import numpy as np
 
-from mbrl.envs.robots.stepper import GymStepper, serve_until_stopped
+from mbrl.envs.robots.stepper import GymStepper, gym_server_parser, serve_program
 from mbrl.envs.robots.udp import ACK, ACTION, BYE, ERROR, HELLO, MAX_DATAGRAM, OBS, RESET, SPEC, STOP, TERMINATED, TRUNCATED, Message
 
 
@@ -126,21 +125,12 @@ class SimServer:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m mbrl.envs.robots.sim_server", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--env", default="Hopper-v5", help="a Gymnasium env id (default Hopper-v5)")
-    parser.add_argument("--host", default="127.0.0.1")
-    parser.add_argument("--port", type=int, default=5555, help="0: any free port (printed)")
-    parser.add_argument("--max-episode-steps", type=int, default=None)
-    parser.add_argument("--stop-after", type=int, default=None, help="stop answering after N steps of an episode")
-    parser.add_argument("--log", default=None, help="append events as JSON lines to this file")
-    args = parser.parse_args(argv)
-
-    try:
-        server = SimServer(GymStepper(args.env, args.max_episode_steps), args.host, args.port, args.stop_after, args.log)
-    except Exception as exc:  # a bad env id or a port in use: one line, exit 2
-        print(f"sim_server: error: {' '.join(str(exc).split())}", file=sys.stderr)
-        return 2
-    return serve_until_stopped(server, f"listening on {server.address[0]}:{server.address[1]}")
+    args = gym_server_parser("python -m mbrl.envs.robots.sim_server", __doc__, "answering",
+                             ("--host", {"default": "127.0.0.1"}),
+                             ("--port", {"type": int, "default": 5555, "help": "0: any free port (printed)"})).parse_args(argv)
+    return serve_program(  # a bad env id or a port in use: one line, exit 2
+        "sim_server", lambda: SimServer(GymStepper(args.env, args.max_episode_steps), args.host, args.port, args.stop_after,
+                                        args.log), lambda server: f"listening on {server.address[0]}:{server.address[1]}")
 
 
 if __name__ == "__main__":

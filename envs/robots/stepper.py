@@ -4,7 +4,10 @@ one episode at a time; a Gymnasium env (`GymStepper`) or a user's class (`UserSt
 
 from __future__ import annotations
 
+import argparse
 import signal
+import sys
+from collections.abc import Callable
 from typing import Any, Protocol, runtime_checkable
 
 import gymnasium
@@ -140,3 +143,28 @@ def serve_until_stopped(server, ready: str) -> int:
     finally:
         server.close()
     return 0
+
+
+def gym_server_parser(prog: str, doc: str, stops: str, *own: tuple[str, dict]) -> argparse.ArgumentParser:
+    """The options of a server program around a Gymnasium env (`sim_server`, `dds_sim`): --env, its `own` options
+    (name, add_argument keywords) where it is reached, then --max-episode-steps, --stop-after (it stops `stops`),
+    --log."""
+    parser = argparse.ArgumentParser(prog=prog, description=doc.split("\n\n")[0])
+    parser.add_argument("--env", default="Hopper-v5", help="a Gymnasium env id (default Hopper-v5)")
+    for name, options in own:
+        parser.add_argument(name, **options)
+    parser.add_argument("--max-episode-steps", type=int, default=None)
+    parser.add_argument("--stop-after", type=int, default=None, help=f"stop {stops} after N steps of an episode")
+    parser.add_argument("--log", default=None, help="append events as JSON lines to this file")
+    return parser
+
+
+def serve_program(name: str, make: Callable[[], Any], ready: Callable[[Any], str]) -> int:
+    """Make the server (a failure, such as a bad env id, a port in use or a bad prefix, is one line on stderr and
+    exit 2), then `serve_until_stopped` with its `ready(server)` line."""
+    try:
+        server = make()
+    except Exception as exc:
+        print(f"{name}: error: {' '.join(str(exc).split())}", file=sys.stderr)
+        return 2
+    return serve_until_stopped(server, ready(server))

@@ -34,7 +34,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from mbrl.core.errors import ConfigError
-from mbrl.envs.robots.protocol import Observation, RobotError
+from mbrl.envs.robots.protocol import Observation, Robot, RobotError
 
 MAGIC, VERSION = b"MBRL", 1
 HEADER = struct.Struct("<4sBBHIIdd")
@@ -85,37 +85,17 @@ def parse_address(uri: str, any_port: bool = False) -> tuple[str, int]:
     return host.strip("[]"), int(port)
 
 
-class UdpRobot:
+class UdpRobot(Robot):
     """A robot behind the UDP protocol above. `obs_timeout`: how long `observe` waits for a new observation."""
 
     def __init__(self, host: str, port: int, *, obs_timeout: float = 0.05, request_timeout: float = 2.0, retries: int = 3):
+        super().__init__(f"udp://{host}:{port}", obs_timeout=obs_timeout)
         self.address = (host, port)
-        self.name = f"udp://{host}:{port}"
-        self.obs_timeout, self.request_timeout, self.retries = obs_timeout, request_timeout, retries
+        self.request_timeout, self.retries = request_timeout, retries
         self.sock: socket.socket | None = None
-        self._spec = None
-        self._last: Observation | None = None
         self._step = 0
-        self._seq = 0  # local measurement counter: one per new OBS received
-        self._fresh = False  # the episode's first observation is waiting to be observed
 
-    @property
-    def obs_dim(self) -> int:
-        return self._spec[0]
-
-    @property
-    def act_dim(self) -> int:
-        return self._spec[1]
-
-    @property
-    def action_low(self) -> np.ndarray:
-        return self._spec[2]
-
-    @property
-    def action_high(self) -> np.ndarray:
-        return self._spec[3]
-
-    def _send(self, message: Message) -> None:
+    def _transmit(self, message: Message) -> None:
         try:
             self.sock.send(message.encode())
         except ConnectionRefusedError:  # ICMP port unreachable after an earlier send: nobody listens
@@ -145,7 +125,7 @@ class UdpRobot:
 
     def _request(self, message: Message, expect: int, seq: int | None = None) -> Message:
         for _ in range(self.retries):
-            self._send(message)
+            self._transmit(message)
             deadline = time.monotonic() + self.request_timeout
             while (remaining := deadline - time.monotonic()) > 0:
                 reply = self._receive(remaining)
@@ -166,49 +146,31 @@ class UdpRobot:
         act_dim = int(spec[1]) if len(spec) >= 2 else -1
         if act_dim < 1 or len(spec) != 2 + 2 * act_dim:
             raise RobotError(f"{self.name}: a SPEC message with {len(spec)} values, expected 2 + 2 * act_dim")
-        obs_dim = int(spec[0])
-        self._spec = (obs_dim, act_dim, spec[2:2 + act_dim].astype(np.float32), spec[2 + act_dim:].astype(np.float32))
+        self._set_spec(int(spec[0]), spec[2:2 + act_dim], spec[2 + act_dim:])
 
     def _observation(self, message: Message) -> Observation:
-        self._seq += 1
-        return Observation(
-            values=message.payload.astype(np.float32),
-            timestamp=time.monotonic(),
-            seq=self._seq,
-            reward=float(message.reward) if message.seq > 0 else None,
-            terminated=bool(message.flags & TERMINATED),
-            truncated=bool(message.flags & TRUNCATED),
-        )
+        return self._measured(message.payload, reward=float(message.reward) if message.seq > 0 else None,
+                              terminated=bool(message.flags & TERMINATED), truncated=bool(message.flags & TRUNCATED))
 
     def reset(self, seed: int | None = None) -> None:
         payload = np.zeros(0) if seed is None else np.asarray([seed], np.float64)
         self._step = 0
-        self._last = self._observation(self._request(Message(RESET, payload=payload), OBS, seq=0))
+        self._observation(self._request(Message(RESET, payload=payload), OBS, seq=0))
         self._fresh = True
 
-    def observe(self) -> Observation:
-        """The observation that followed the last action; the previous one (same seq, stale) if none arrives in time."""
-        if self._fresh:
-            self._fresh = False
-            return self._last
-        deadline = time.monotonic() + self.obs_timeout
-        while (remaining := deadline - time.monotonic()) > 0:
-            message = self._receive(remaining)
-            if message is None:
-                break
-            if message.kind == OBS and message.seq == self._step:
-                self._last = self._observation(message)
-                return self._last
-        return self._last
+    def _receive_observation(self, seconds: float) -> bool:
+        message = self._receive(seconds)
+        if message is not None and message.kind == OBS and message.seq == self._step:
+            self._observation(message)
+            return True
+        return False
 
-    def act(self, action) -> np.ndarray:
-        sent = np.clip(np.asarray(action, np.float32).reshape(self.act_dim), self.action_low, self.action_high)
+    def _send(self, sent: np.ndarray) -> None:
         try:
-            self._send(Message(ACTION, seq=self._step, stamp=time.monotonic(), payload=sent.astype(np.float64)))
+            self._transmit(Message(ACTION, seq=self._step, stamp=time.monotonic(), payload=sent.astype(np.float64)))
         except RobotError:
             pass  # a robot that went away stops answering: the watchdog sees stale observations and stops
         self._step += 1
-        return sent
 
     def safe_stop(self) -> None:
         if self.sock is not None:
@@ -217,7 +179,7 @@ class UdpRobot:
     def disconnect(self) -> None:
         if self.sock is not None:
             try:
-                self._send(Message(BYE))
+                self._transmit(Message(BYE))
             except OSError:
                 pass
             self.sock.close()

@@ -24,6 +24,7 @@ import tyro
 
 from mbrl.envs.robots.connect import SimOptions, check_fit, make_robot as connect
 from mbrl.envs.robots.loop import ControlLoop
+from mbrl.envs.robots.protocol import Robot
 from mbrl.envs.robots.runner import ChangeFeed, PolicyRunner, RewardFeed
 from mbrl.envs.robots.safety import SafetyConfig, SafetyLayer
 from mbrl import config as config_io
@@ -60,7 +61,7 @@ class DeployArgs:
     through a ROS 2 installation's rclpy (JointState in, Float64MultiArray out; `mbrl.envs.robots.ros2`)."""
 
 
-def make_robot(uri: str, args: DeployArgs, description: dict, period: float | None, obs_dim: int | None = None):
+def make_robot(uri: str, args: DeployArgs, description: dict, period: float | None, obs_dim: int | None = None) -> Robot:
     """The adapter for a robot URI (`mbrl.envs.robots.connect.make_robot`); ConfigError for an unknown one.
     `obs_dim`: what the robot sends, where that is not the policy's input (default: the policy's)."""
     obs_timeout = args.obs_timeout if args.obs_timeout is not None else (0.5 * period if period else 1.0)
@@ -77,6 +78,7 @@ def _default_log(export: Path, uri: str) -> Path:
 
 
 def deploy(args: DeployArgs) -> int:
+    args = config_io.from_options(DeployArgs, args)  # every number option finite (mbrl.config's one rule)
     if args.episodes < 1:
         raise ConfigError(f"--episodes: expected a positive int, found {args.episodes}")
     if args.rate is not None and args.rate < 0:
@@ -91,8 +93,9 @@ def deploy(args: DeployArgs) -> int:
     networked = not args.robot.startswith(("sim:", "mujoco:"))
     robot = make_robot(args.robot, args, runner.description, period,
                        obs_dim=runner.obs_dim // 2 if observes_change and networked else None)
+    feed = None
     if runner.recurrent:  # the loop hands the policy an observation's values only: feed it the reward too
-        robot = RewardFeed(robot, runner)
+        robot = feed = RewardFeed(robot, runner)
     robot.connect()
     if observes_change and 2 * robot.obs_dim == runner.obs_dim:
         robot = ChangeFeed(robot)
@@ -106,7 +109,7 @@ def deploy(args: DeployArgs) -> int:
     loop = ControlLoop(robot, runner, SafetyLayer(low, high, safety_config), rate or None, log_path)
     summary = loop.run(episodes=args.episodes, seed=args.seed, max_steps=args.max_steps, connect=False)
     _print_summary(summary, log_path)
-    if runner.recurrent and robot.rewards_seen == 0 and summary["ticks"]:
+    if feed is not None and feed.rewards_seen == 0 and summary["ticks"]:
         print(f"deploy: {robot.name} reported no rewards; the recurrent policy's prev_reward input was 0 throughout")
     if summary["stop_reason"] == "watchdog":
         print(f"deploy: the watchdog stopped {robot.name}: no new observation for {safety_config.max_stale_ticks} ticks")

@@ -31,18 +31,15 @@ from mbrl.core.errors import UserError
 from mbrl.core.files import write_text_atomic
 from mbrl.core.signals import StopSignal
 from mbrl.datasets import load
-from mbrl.world_models.ensemble import EnsembleConfig
-from mbrl.world_models.fit import CHECKPOINT_DIR, FitConfig, FitControl, FitInterrupted, fit_world_model
-from mbrl.world_models.metrics import history_holdout_metrics, holdout_metrics, open_loop_errors
-from mbrl.world_models.recurrent import RecurrentConfig, load_model
-from mbrl.world_models.recurrent_fit import RecurrentFitConfig, fit_recurrent_model
+from mbrl.world_models import registry as model_registry
+from mbrl.world_models.fitting import CHECKPOINT_DIR, FitControl, FitInterrupted
+from mbrl.world_models.metrics import open_loop_errors
 
-MODEL_KINDS = ("mlp", "rwm")
-_SECTIONS = {"mlp": ("ensemble", "fit"), "rwm": ("rwm", "rwm_fit")}
+_ARCHITECTURES = {kind.architecture_section for kind in model_registry.KINDS.values()}
 
 
 def _hint(section: str, name: str, default) -> str:
-    if (section, name) in (("ensemble", "learned_termination"), ("rwm", "learned_termination")):
+    if name == "learned_termination" and section in _ARCHITECTURES:
         return "(default: True when the task has no termination function and the data has terminals)"
     return config_io.the_default(section, name, default)
 
@@ -58,8 +55,9 @@ FitArgs = config_io.options_class(
         ("dataset", Annotated[str | None, _arg("a .hdf5 (D4RL layout) or .npz (NeoRL layout) file, minari:DATASET_ID, "
                                                "or a made dataset such as hopper-medium (required unless --resume)",
                                                "SOURCE")], dataclasses.field(default=None)),
-        ("model", Annotated[str, _arg("mlp (the probabilistic MLP ensemble) or rwm (RWM-U: a GRU with ensemble "
-                                      "heads)", "{mlp,rwm}")], dataclasses.field(default="mlp")),
+        ("model", Annotated[str, _arg(" or ".join(f"{k.name} ({k.about})" for k in model_registry.KINDS.values()),
+                                      "{" + ",".join(model_registry.KINDS) + "}")],
+         dataclasses.field(default=model_registry.DEFAULT)),
         ("task", Annotated[str | None, _arg("the task (hopper, halfcheetah, walker2d, ant): its termination "
                                             "function is stored with the model", "TASK")], dataclasses.field(default=None)),
         ("out", Annotated[Path | None, _arg("where to save the model (a directory); default runs/models/DATASET_NAME",
@@ -75,8 +73,7 @@ FitArgs = config_io.options_class(
                                                "last checkpoint, with the options it was started with", "DIR")],
          dataclasses.field(default=None)),
     ],
-    config_io.section_options({"ensemble": EnsembleConfig, "fit": FitConfig, "rwm": RecurrentConfig,
-                               "rwm_fit": RecurrentFitConfig}, _hint),
+    config_io.section_options(model_registry.SECTIONS, _hint),
 )
 
 
@@ -145,30 +142,42 @@ def fit(args: FitArgs) -> int:
                 checkpoint_seconds=args.checkpoint_seconds, resume=args.resume is not None)
 
 
-def _fit(kind: str, dataset_source: str, task: str | None, clip_actions: bool, given: dict, out: Path | None, *,
+def _kind_of(name: str):
+    if name not in model_registry.KINDS:
+        raise UserError(f"--model: expected one of {', '.join(model_registry.KINDS)}, found {name!r}")
+    return model_registry.KINDS[name]
+
+
+def _configs(kind, given: dict):
+    """The kind's architecture and fit sections from the options given; another kind's options are refused."""
+    option = lambda name: "--" + name.replace("_", "-") + ".*"  # noqa: E731
+    other = [name for name in model_registry.SECTIONS if name not in kind.sections and name in given]
+    if other:
+        raise UserError(f"{', '.join(option(n) for n in other)}: not read by --model {kind.name}, which reads "
+                        + ", ".join(option(n) for n in kind.sections))
+    (arch_name, arch_class), (fit_name, fit_class) = kind.sections.items()
+    fit_config = config_io.override(fit_class(), given.get(fit_name, {}), fit_name)
+    return config_io.override(arch_class(), given.get(arch_name, {}), arch_name), fit_config  # checked before the load
+
+
+def _fit(kind_name: str, dataset_source: str, task: str | None, clip_actions: bool, given: dict, out: Path | None, *,
          progress: bool, checkpoint_seconds: float, resume: bool) -> int:
     from mbrl.checkpoint import Checkpointer  # lazy: orbax loads only when a fit starts
 
-    if kind not in MODEL_KINDS:
-        raise UserError(f"--model: expected one of {', '.join(MODEL_KINDS)}, found {kind!r}")
-    other = [name for k, names in _SECTIONS.items() if k != kind for name in names if name in given]
-    if other:
-        raise UserError(f"{', '.join('--' + n.replace('_', '-') + '.*' for n in other)}: not read by --model "
-                        f"{kind}, which reads " + ", ".join(f"--{n.replace('_', '-')}.*" for n in _SECTIONS[kind]))
-    arch_name, fit_name = _SECTIONS[kind]
-    arch_class, fit_class = (EnsembleConfig, FitConfig) if kind == "mlp" else (RecurrentConfig, RecurrentFitConfig)
-    fit_config = config_io.override(fit_class(), given.get(fit_name, {}), fit_name)
-    config = config_io.override(arch_class(), given.get(arch_name, {}), arch_name)  # checked before the load
+    kind = _kind_of(kind_name)
+    config, fit_config = _configs(kind, given)
     dataset = load(dataset_source, task=task, clip_actions=clip_actions)
     task = task or dataset.info.task
     task_fns = _task_fns(task)
     termination_fn = task_fns.get("termination_fn")
-    if "learned_termination" not in given.get(arch_name, {}):
+    if "learned_termination" not in given.get(kind.architecture_section, {}):
         learned = termination_fn is None and bool(dataset.transitions.terminal.any())
         config = dataclasses.replace(config, learned_termination=learned)
-    out = (out or Path("runs") / "models" / (dataset.info.name + ("-rwm" if kind == "rwm" else ""))).absolute()
+    suffix = "" if kind.name == model_registry.DEFAULT else f"-{kind.name}"
+    out = (out or Path("runs") / "models" / (dataset.info.name + suffix)).absolute()
     checkpoints = out / CHECKPOINT_DIR
-    identity = {"model": kind, "dataset": dataset_source, "task": task, "clip_actions": clip_actions, "given": given}
+    identity = {"model": kind.name, "dataset": dataset_source, "task": task, "clip_actions": clip_actions,
+                "given": given}
     if not resume:
         if checkpoints.is_dir() and any(checkpoints.iterdir()):
             raise UserError(f"{out}: holds an interrupted fit ({checkpoints}); continue it with mbrl model fit --resume "
@@ -176,13 +185,8 @@ def _fit(kind: str, dataset_source: str, task: str | None, clip_actions: bool, g
         out.mkdir(parents=True, exist_ok=True)
         write_text_atomic(out / FIT_ARGS, json.dumps(identity, indent=1))
     console = Console(stderr=True, highlight=False)
-    if kind == "mlp":
-        shape = f"{config.num_members} members ({config.num_elites} elites, hidden {'x'.join(map(str, config.hidden_dims))})"
-    else:
-        shape = (f"RWM-U (GRU {config.gru_layers}x{config.gru_hidden}, {config.num_heads} heads of "
-                 f"{'x'.join(map(str, config.head_hidden))}, history {config.history}, forecast {config.forecast})")
     console.print(
-        f"fitting {shape} on {len(dataset):,} transitions of {dataset.info.name}"
+        f"fitting {kind.describe(config)} on {len(dataset):,} transitions of {dataset.info.name}"
         + (f", termination from task '{task}'" if termination_fn is not None else "")
         + (f", reward from task '{task}'" if task_fns.get("reward_fn") is not None else "")
         + (", learned termination head" if config.learned_termination else ""),
@@ -193,35 +197,36 @@ def _fit(kind: str, dataset_source: str, task: str | None, clip_actions: bool, g
     if resume:
         console.print(f"continuing from the checkpoint after epoch {checkpointer.latest_epoch()} in {checkpoints}",
                       soft_wrap=True)
-    fit_fn = fit_world_model if kind == "mlp" else fit_recurrent_model
     try:
         with StopSignal() as stop:
-            control = FitControl(checkpointer, every_seconds=checkpoint_seconds, resume=resume, stop=stop,
-                                 identity=identity)
-            result = fit_fn(dataset, config=config, fit_config=fit_config, source=dataset_source, task=task,
-                            progress=progress, control=control, **task_fns)
+            control = FitControl(checkpointer, every_seconds=checkpoint_seconds, stop=stop, identity=identity)
+            result = (kind.resume if resume else kind.fit)(
+                dataset, config=config, fit_config=fit_config, source=dataset_source, task=task, progress=progress,
+                control=control, **task_fns)
     except FitInterrupted as interrupted:
         console.print(f"stopped by {signal.Signals(interrupted.signum).name} after epoch {interrupted.epoch}; its "
                       f"checkpoint is in {checkpoints}. Continue with: mbrl model fit --resume {out}", soft_wrap=True)
         return 128 + interrupted.signum
     finally:
         checkpointer.close()
-    path = result.model.save(out)
-    info = result.model.info
-    elites = [int(e) for e in np.asarray(result.model.elites)]
+    _print_fit(kind, kind.save(result.model, out), result.model)
+    return 0
+
+
+def _print_fit(kind, path: Path, model) -> None:
+    info = model.info
     print(json.dumps({
         "model": str(path),
-        "kind": kind,
+        "kind": kind.name,
         "epochs": info.epochs,
         "stop_reason": info.stop_reason,
         "fit_seconds": info.fit_seconds,
-        "elites": elites,
+        "elites": [int(e) for e in np.asarray(model.elites)],
         "holdout_mse": [round(m, 6) for m in info.holdout_mse],
         "holdout_rows": len(info.holdout_rows),
         "holdout_episodes": len(info.holdout_episodes),
         "eval_episodes": list(info.eval_episodes),
     }))
-    return 0
 
 
 # -------------------------------------------------------------------------------------------------
@@ -230,17 +235,18 @@ def _fit(kind: str, dataset_source: str, task: str | None, clip_actions: bool, g
 
 def evaluate(args: EvalArgs) -> int:
     """Report a fitted model's holdout accuracy, calibration and open-loop error."""
-    model = load_model(args.model_dir)
-    recurrent = model.is_recurrent
+    kind = model_registry.saved_kind(args.model_dir)
+    model = kind.load(args.model_dir)
     info = model.info
     source = args.dataset or info.source
     if not source:
         raise UserError(f"{args.model_dir}: the model records no dataset; pass --dataset SOURCE")
     dataset = load(source, task=info.task)
     _check_dataset(args.model_dir, model, dataset, source)
-    compare = None
+    compare = compare_kind = None
     if args.compare is not None:
-        compare = load_model(args.compare)
+        compare_kind = model_registry.saved_kind(args.compare)
+        compare = compare_kind.load(args.compare)
         _check_dataset(args.compare, compare, dataset, source)
         if tuple(compare.info.eval_episodes) != tuple(info.eval_episodes):
             raise UserError(
@@ -252,22 +258,18 @@ def evaluate(args: EvalArgs) -> int:
             raise UserError(f"{args.model_dir}: the model was checked on {source}'s held-out data (its -val file), "
                             "which is not beside it now")
         dataset = dataset.heldout
-    if recurrent:
-        metrics, holdout_count = history_holdout_metrics(model, dataset.transitions, dataset.episode_starts,
-                                                         info.holdout_episodes)
-    else:
-        holdout = dataset.transitions.slice(np.asarray(info.holdout_rows, dtype=np.int64))
-        metrics, holdout_count = holdout_metrics(model, holdout), len(holdout)
+    if kind.holdout_metrics is None:
+        raise UserError(f"{args.model_dir}: a {kind.name} model answers no holdout error or calibration")
+    metrics, holdout_count = kind.holdout_metrics(model, dataset)
     elites = [int(e) for e in np.asarray(model.elites)]
-    history = model.history if recurrent else 0
-    if compare is not None and compare.is_recurrent:
-        history = max(history, compare.history)  # both models on starts with the longer history behind them
+    # A Markov model's history is 0; with --compare, both models on starts with the longer history behind them.
+    history = max(model.history, compare.history if compare is not None else 0)
     open_loop = open_loop_errors(model, dataset.transitions, dataset.episode_starts, info.eval_episodes,
-                                 history=history if not recurrent else None)
+                                 history=None if kind.is_recurrent else history) if kind.k_step_error else {}
     report = {
         "model": str(args.model_dir),
         "dataset": source,
-        "kind": _kind(model),
+        "kind": kind.name,
         "holdout_rows": holdout_count,
         "elites": elites,
         "members": [
@@ -290,15 +292,15 @@ def evaluate(args: EvalArgs) -> int:
     }
     if compare is not None:
         other = open_loop_errors(compare, dataset.transitions, dataset.episode_starts, info.eval_episodes,
-                                 history=None if compare.is_recurrent else history)
-        report["compare"] = {"model": str(args.compare), "kind": _kind(compare),
+                                 history=None if compare_kind.is_recurrent else history)
+        report["compare"] = {"model": str(args.compare), "kind": compare_kind.name,
                              "open_loop_mse": {str(k): v for k, (v, _) in other.items()}}
     if args.plot:
         # Imported here: matplotlib adds about 0.27 s to every `mbrl model` command that draws nothing.
         from mbrl.model_plots import plot_open_loop
 
         plots = plot_open_loop(model, dataset.transitions, dataset.episode_starts, info.eval_episodes,
-                               Path(args.model_dir) / "plots", f"{_kind(model)} model of {source}")
+                               Path(args.model_dir) / "plots", f"{kind.name} model of {source}")
         report["plots"] = [str(p) for p in plots]
     if args.json:
         print(json.dumps(report))
@@ -307,10 +309,6 @@ def evaluate(args: EvalArgs) -> int:
         for path in report.get("plots", []):
             print(f"wrote {path}")
     return 0
-
-
-def _kind(model) -> str:
-    return "rwm" if model.is_recurrent else "mlp"
 
 
 def _check_dataset(model_dir, model, dataset, source) -> None:

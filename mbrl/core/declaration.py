@@ -40,12 +40,11 @@ import importlib
 import importlib.util
 import math
 import os
-import tomllib
 from pathlib import Path
 from typing import Any
 
 from mbrl.core.errors import ConfigError
-from mbrl.core.files import data_dir
+from mbrl.core.files import data_dir, read_toml
 
 _TOP_KEYS = {"name", "control_hz", "max_episode_steps", "reward", "termination", "ref_min_score", "ref_max_score",
              "observation", "action", "import", "description"}
@@ -128,12 +127,7 @@ def read_declaration(path: str | os.PathLike) -> Declaration:
     """Read and check a declaration; every problem is a ConfigError naming the file and the field."""
     path = Path(path).expanduser()
     where = str(path)
-    if not path.is_file():
-        raise ConfigError(f"{where}: no such task declaration (a .toml file)")
-    try:
-        data = tomllib.loads(path.read_text())
-    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
-        raise ConfigError(f"{where}: not a valid TOML file ({exc})") from None
+    data = read_toml(path, "no such task declaration (a .toml file)", ConfigError)
     unknown = sorted(set(data) - _TOP_KEYS)
     if unknown:
         raise ConfigError(f"{where}: unknown field {unknown[0]!r}; expected some of {', '.join(sorted(_TOP_KEYS))}")

@@ -1,9 +1,16 @@
-"""The project's folders on disk, and writing files so that a reader never sees half of one."""
+"""The project's folders on disk, writing files so that a reader never sees half of one, and reading a JSON or
+TOML document with a one-line error that names the file."""
 
 from __future__ import annotations
 
+import json
 import os
+import tomllib
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
+
+from mbrl.core.errors import UserError
 
 
 def data_dir() -> Path:
@@ -26,3 +33,24 @@ def write_text_atomic(path: str | Path, text: str) -> Path:
     tmp.write_text(text)
     tmp.replace(path)
     return path
+
+
+def read_json(path: str | os.PathLike, missing: str, error: type[Exception] = UserError) -> Any:
+    """The JSON document in the file `path`. `error` (a `UserError` by default) says in one line that names the
+    file that it is missing (`missing`: what the reader expected there) or not valid JSON."""
+    return _read(path, json.loads, "JSON", missing, error)
+
+
+def read_toml(path: str | os.PathLike, missing: str, error: type[Exception] = UserError) -> dict[str, Any]:
+    """The TOML document in the file `path`, with `read_json`'s errors."""
+    return _read(path, tomllib.loads, "TOML", missing, error)
+
+
+def _read(path: str | os.PathLike, parse: Callable[[str], Any], kind: str, missing: str, error: type[Exception]) -> Any:
+    path = Path(path)
+    if not path.is_file():
+        raise error(f"{path}: {missing}")
+    try:
+        return parse(path.read_text())
+    except ValueError as exc:  # JSONDecodeError, TOMLDecodeError, UnicodeDecodeError
+        raise error(f"{path}: not a valid {kind} file ({exc})") from None

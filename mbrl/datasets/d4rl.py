@@ -67,17 +67,9 @@ def load_hdf5(path: Path, task: str | None = None, clip_actions: bool = False) -
     ref_scores = _ref_scores_from_attrs(source, attrs)
     if ref_scores == (None, None):
         ref_scores = validate.task_ref_scores(task)
-    return validate.finish(
-        source=source,
-        name=path.stem,
-        fmt="d4rl-hdf5",
-        task=task,
-        transitions=transitions,
-        episode_starts=episode_starts,
-        action_key="actions",
-        clip_actions=clip_actions,
-        ref_scores=ref_scores,
-    )
+    return validate.finish(source=source, name=path.stem, fmt="d4rl-hdf5", task=task, transitions=transitions,
+                           episode_starts=episode_starts, action_key="actions", clip_actions=clip_actions,
+                           ref_scores=ref_scores)
 
 
 def rebuild_next_observations(obs: np.ndarray, timeouts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

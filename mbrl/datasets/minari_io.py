@@ -123,23 +123,7 @@ def convert(
     rewards = validate.as_vector(source, "rewards", columns["rewards"])
 
     metadata = dataset.storage.metadata
-    if task_hint[0] is None:
-        task_hint = _declaration_hint(source, metadata, task)
-    env_spec = dataset.env_spec
-    spec_hint = (validate.task_from_text(env_spec.id), f"the Minari env spec {env_spec.id}") if env_spec else (None, "")
-    strong = task_hint if task_hint[0] is not None else spec_hint
-    if task_hint[0] is not None and spec_hint[0] is not None and spec_hint[0] != task_hint[0]:
-        raise DatasetError(
-            f"{source}: {spec_hint[1]} says task '{spec_hint[0]}'; expected '{task_hint[0]}' from {task_hint[1]}"
-        )
-    task = validate.resolve_task(
-        source,
-        task,
-        all_obs.shape[1],
-        actions.shape[1],
-        strong_hint=strong,
-        weak_hint=(validate.task_from_text(dataset.id), "the dataset id"),
-    )
+    task = _resolve_task(dataset, source, task, task_hint, all_obs.shape[1], actions.shape[1])
 
     validate.check_finite(source, "observations", all_obs, obs_label)
     validate.check_finite(source, "actions", actions, label)
@@ -159,19 +143,26 @@ def convert(
     )
 
     ref_scores = tuple(_metadata_number(source, metadata, key) for key in ("ref_min_score", "ref_max_score"))
-    return validate.finish(
-        source=source,
-        name=name,
-        fmt="minari",
-        task=task,
-        transitions=transitions,
-        episode_starts=episode_starts,
-        action_key="actions",
-        clip_actions=clip_actions,
-        action_bounds=(act_space.low, act_space.high),
-        ref_scores=ref_scores,
-        label=label,
-    )
+    return validate.finish(source=source, name=name, fmt="minari", task=task, transitions=transitions,
+                           episode_starts=episode_starts, action_key="actions", clip_actions=clip_actions,
+                           action_bounds=(act_space.low, act_space.high), ref_scores=ref_scores, label=label)
+
+
+def _resolve_task(dataset, source: str, task: str | None, task_hint: tuple[str | None, str], obs_dim: int,
+                  act_dim: int) -> str | None:
+    """The dataset's task: the one asked for, checked against what the dataset says of itself (a declaration in
+    its metadata or `task_hint`, then its env spec, then its id)."""
+    if task_hint[0] is None:
+        task_hint = _declaration_hint(source, dataset.storage.metadata, task)
+    env_spec = dataset.env_spec
+    spec_hint = (validate.task_from_text(env_spec.id), f"the Minari env spec {env_spec.id}") if env_spec else (None, "")
+    strong = task_hint if task_hint[0] is not None else spec_hint
+    if task_hint[0] is not None and spec_hint[0] is not None and spec_hint[0] != task_hint[0]:
+        raise DatasetError(
+            f"{source}: {spec_hint[1]} says task '{spec_hint[0]}'; expected '{task_hint[0]}' from {task_hint[1]}"
+        )
+    return validate.resolve_task(source, task, obs_dim, act_dim, strong_hint=strong,
+                                 weak_hint=(validate.task_from_text(dataset.id), "the dataset id"))
 
 
 _EPISODE_KEYS = ("observations", "actions", "rewards", "terminations", "truncations")

@@ -81,17 +81,9 @@ def load_npz(path: Path, task: str | None = None, clip_actions: bool = False, na
     if ref_scores == (None, None):
         ref_scores = validate.task_ref_scores(task)
     transitions = Transitions.from_arrays(obs, action, reward, next_obs, done, timeout)
-    return validate.finish(
-        source=source,
-        name=name or path.stem,
-        fmt=fmt,
-        task=task,
-        transitions=transitions,
-        episode_starts=episode_starts,
-        action_key="action",
-        clip_actions=clip_actions,
-        ref_scores=ref_scores,
-    )
+    return validate.finish(source=source, name=name or path.stem, fmt=fmt, task=task, transitions=transitions,
+                           episode_starts=episode_starts, action_key="action", clip_actions=clip_actions,
+                           ref_scores=ref_scores)
 
 
 def _episode_key(arrays: dict[str, np.ndarray]) -> tuple[str, ...]:

@@ -11,6 +11,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from mbrl.agents.base import capability
 from mbrl.core.errors import ConfigError
 from mbrl.ope.fqe import FQEConfig
 from mbrl.ope.holdout import split_holdout
@@ -44,7 +45,7 @@ def critic_estimate(policy, initial: np.ndarray) -> dict | None:
     """The run's own critics at the `initial` states (an algorithm with `CriticJudge`'s methods; None otherwise)."""
     run = policy.run
     agent = None if run is None else run.trainer.agent
-    if agent is None or getattr(agent, "critic_values", None) is None:
+    if agent is None or capability(agent, "critic_values") is None:
         return None
     member = jax.tree.map(lambda x: x[policy.member], run.state.agent)
     obs = jnp.asarray(initial, jnp.float32)
@@ -73,8 +74,8 @@ def model_estimate(policy, dataset, world_model: Path | None, starts: int, horiz
     from mbrl.envs.tasks import find_task
     from mbrl.core.score import normalized_score
     from mbrl.train import dataset_reference_scores
-    from mbrl.world_models.model import ModelInfo
-    from mbrl.world_models.recurrent import load_model
+    from mbrl.world_models import registry as model_registry
+    from mbrl.world_models.base import ModelInfo
 
     run = policy.run
     if run is None and (world_model is None or policy.recurrent):
@@ -87,10 +88,11 @@ def model_estimate(policy, dataset, world_model: Path | None, starts: int, horiz
     if not (path / "model.json").is_file():
         raise ConfigError(f"--world-model {path}: no model.json; expected a directory written by `mbrl model fit`")
     task = find_task(dataset.info.task)
-    model = load_model(path, **(task.model_fns() if task is not None else {})).replace(info=ModelInfo())
-    if model.is_recurrent and world_model is None:  # the run's own RWM-U (MOPO-PPO): this estimate does not apply
+    kind = model_registry.saved_kind(path)
+    model = kind.load(path, **(task.model_fns() if task is not None else {})).replace(info=ModelInfo())
+    if kind.is_recurrent and world_model is None:  # the run's own RWM-U (MOPO-PPO): this estimate does not apply
         return None
-    if model.is_recurrent:
+    if kind.is_recurrent:
         raise ConfigError(f"--world-model {path}: a recurrent world model (RWM-U); the model estimate imagines from "
                           "single states, give an MLP ensemble")
     horizon = horizon or int(dataset.episode_lengths().max())

@@ -23,6 +23,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from mbrl.agents.base import capability
 from mbrl.core.score import score_key
 from mbrl.core.types import Transitions
 # The offline and fqe objectives judge a policy from the data alone (`mbrl.ope`); the engine reads them here.
@@ -56,7 +57,7 @@ def q_trends(records: list[dict], updates_per_unit: int = 1000) -> list[float] |
 def heldout_td_errors(trainer, state, heldout: Transitions | None, rows: int = 4096, seed: int = 0) -> list[float] | None:
     """Per member: the critics' mean squared TD error on held-out real transitions (None for an algorithm without
     `CriticJudge.heldout_td_error`)."""
-    td_error = getattr(trainer.agent, "heldout_td_error", None)
+    td_error = capability(trainer.agent, "heldout_td_error")
     if heldout is None or td_error is None:
         return None
     index = np.random.default_rng(seed).choice(len(heldout), min(rows, len(heldout)), replace=False)

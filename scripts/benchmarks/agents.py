@@ -30,6 +30,7 @@ from benchmarks.common import matmul_flops_per_s
 from benchmarks.rollout import _workload
 
 from mbrl import config as config_io
+from mbrl.agents.base import capability
 from mbrl.core import replay
 from mbrl.core.types import Transitions
 from mbrl.trainer import Trainer, hypers_of, time_epochs
@@ -66,7 +67,7 @@ def _buffers(trainer, real_rows: int, model_rows: int):
 
 def _world_model_reads(trainer) -> dict:
     """{"world_model": a fresh ensemble of the default size} for an algorithm whose updates read the model, else {}."""
-    if not getattr(trainer.agent, "reads_model", False):
+    if not capability(trainer.agent, "reads_model"):
         return {}
     config = EnsembleConfig()
     params = init_params(GaussianEnsemble(config, OBS_DIM + 1), jax.random.PRNGKey(3), OBS_DIM + ACT_DIM)

@@ -91,7 +91,7 @@ class Setting:
         from mbrl import config as config_io
         from mbrl import datasets
         from mbrl.train import dataset_reference_scores
-        from mbrl.world_models.recurrent import load_model
+        from mbrl.world_models.registry import load_model
 
         self.algo = algo
         self.dataset = datasets.load(dataset)

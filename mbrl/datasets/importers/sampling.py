@@ -60,24 +60,11 @@ def resample(
     reward_topics = [] if reward_column is None else [reward_column[0]]
     needed = list(dict.fromkeys(obs_topics + act_topics + reward_topics))
 
-    obs_times = np.sort(np.concatenate([streams[t].times for t in obs_topics]))
-    begin = min(int(streams[t].times[0]) for t in needed)
-    gap_at = np.flatnonzero(np.diff(obs_times) > gap)
-    # A cut is (last time of the segment before, first time of the segment after).
-    cuts = [(int(obs_times[i]), int(obs_times[i + 1])) for i in gap_at]
-    cuts += [(int(m) - 1, int(m)) for m in markers]
-    cuts.sort(key=lambda cut: cut[1])
-    segments, start = [], begin
-    for end, next_start in cuts:
-        if end >= start:
-            segments.append((start, end, next_start - 1))
-        start = max(start, next_start)
-    segments.append((start, int(obs_times[-1]), None))
-
+    segments, gaps = _segments(streams, obs_topics, needed, markers, gap)
     _check_rates(source, streams, needed, segments, max_age, settings)
 
     counts = dict.fromkeys(COUNTS, 0)
-    counts.update(gaps=len(gap_at), markers=len(markers))
+    counts.update(gaps=gaps, markers=len(markers))
     stale_by_topic = dict.fromkeys(needed, 0)
     episodes: list[Episode] = []
     for start, end, limit in segments:
@@ -130,6 +117,26 @@ def resample(
             f"had every input within max_age_s = {settings.max_age_s:g} s of it (most often stale: topic '{worst}', "
             f"{stale_by_topic[worst]} ticks); check the topics' rates, or raise [import] max_age_s")
     return episodes, counts
+
+
+def _segments(streams: dict[str, Stream], obs_topics: list[str], needed: list[str], markers: np.ndarray,
+              gap: int) -> tuple[list[tuple[int, int, int | None]], int]:
+    """The log cut at observation gaps longer than `gap` and at `markers`: (start, end, limit) per segment, where
+    `limit` is the last time before the next segment (None for the last), and the number of gaps."""
+    obs_times = np.sort(np.concatenate([streams[t].times for t in obs_topics]))
+    begin = min(int(streams[t].times[0]) for t in needed)
+    gap_at = np.flatnonzero(np.diff(obs_times) > gap)
+    # A cut is (last time of the segment before, first time of the segment after).
+    cuts = [(int(obs_times[i]), int(obs_times[i + 1])) for i in gap_at]
+    cuts += [(int(m) - 1, int(m)) for m in markers]
+    cuts.sort(key=lambda cut: cut[1])
+    segments, start = [], begin
+    for end, next_start in cuts:
+        if end >= start:
+            segments.append((start, end, next_start - 1))
+        start = max(start, next_start)
+    segments.append((start, int(obs_times[-1]), None))
+    return segments, len(gap_at)
 
 
 def _check_rates(source: str, streams: dict[str, Stream], needed: list[str], segments, max_age: int,
