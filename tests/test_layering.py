@@ -194,11 +194,19 @@ def _names_a_kind(node: ast.AST, names: set[str]) -> bool:
     return False
 
 
+def _is_kind_table(node: ast.Dict, names: set[str]) -> bool:
+    """Every key of the dict literal names a kind, and some kind's value is not itself a dict: a table to look a kind
+    up in. A record that happens to hold a key spelt like a kind (`{"scratch": False, "steps": 10}`) is not one."""
+    keys = [(k, v) for k, v in zip(node.keys, node.values) if k is not None]
+    return bool(keys) and all(_names_a_kind(k, names) for k, _ in keys) and any(not isinstance(v, ast.Dict)
+                                                                               for _, v in keys)
+
+
 def model_kind_dispatch_in(text: str, names: set[str]) -> list[tuple[int, str]]:
     """Where `text` dispatches on a kind's name. Refused: a comparison (`==`, `!=`, `in`, `not in`, `is`, `is not`)
     with a kind's name or a literal holding one on either side (`kind == "rwm"`, `kind in ("mlp", "rwm")`); a
-    subscript by a kind's name (`SECTIONS["mlp"]`); a dict literal keyed by a kind's name whose value is not itself a
-    dict (a table to look a kind up in, `{"mlp": ("ensemble", "fit")}`). Allowed: declaring it (a keyword argument,
+    subscript by a kind's name (`SECTIONS["mlp"]`); a dict literal keyed by kinds' names only, with a value that is not
+    itself a dict (a table to look a kind up in, `{"mlp": ("ensemble", "fit")}`). Allowed: declaring it (a keyword argument,
     `model_kind="mlp"`), a preset's overrides keyed by a section that bears the kind's name (`{"rwm": {...}}`), and
     the name inside messages and docstrings."""
     found = []
@@ -207,8 +215,7 @@ def model_kind_dispatch_in(text: str, names: set[str]) -> list[tuple[int, str]]:
             found.append((node.lineno, "compared"))
         elif isinstance(node, ast.Subscript) and _names_a_kind(node.slice, names):
             found.append((node.lineno, "subscript"))
-        elif isinstance(node, ast.Dict) and any(k is not None and _names_a_kind(k, names) and not isinstance(v, ast.Dict)
-                                                for k, v in zip(node.keys, node.values)):
+        elif isinstance(node, ast.Dict) and _is_kind_table(node, names):
             found.append((node.lineno, "dict key"))
     return found
 
@@ -223,5 +230,6 @@ def test_no_model_kind_is_compared_outside_world_models():
     assert not found, "\n".join(found)
     # The walk sees each way of dispatching on a name, and lets a declaration and a preset's section through.
     probe = ('a = kind == "rwm"; b = k not in ("mlp", "rwm"); c = T["mlp"]; d = {"rwm": ("rwm", "rwm_fit")}\n'
-             'e = Entry(model_kind="mlp"); f = {"rwm": {"history": 16}}; g = f"{kind} is not \'rwm\'"')
+             'e = Entry(model_kind="mlp"); f = {"rwm": {"history": 16}}; g = f"{kind} is not \'rwm\'"\n'
+             'h = {"rwm": False, "steps": 10}')
     assert model_kind_dispatch_in(probe, names) == [(1, "compared"), (1, "compared"), (1, "subscript"), (1, "dict key")]

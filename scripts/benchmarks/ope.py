@@ -32,7 +32,7 @@ def _data(rows: int):
 def fqe_fit(quick: bool) -> dict:
     config = FQEConfig(chunk=50 if quick else 500)
     data = _data(100_000 if quick else 1_000_000)
-    norm = (jnp.zeros(OBS_DIM), jnp.ones(OBS_DIM))
+    norm = (jnp.zeros(OBS_DIM), jnp.ones(OBS_DIM), jnp.zeros(()))  # obs mean, obs std, the value's offset
     programs = fqe_programs(config)
     carry = programs.init(jax.random.PRNGKey(0), data["obs"][:1], data["action"][:1])
     carry, loss = programs.chunk(carry, jax.random.PRNGKey(1), data, norm)  # compile
