@@ -47,7 +47,7 @@ def profile(args: ProfileArgs) -> int:
     observations track the time step and which the dynamics depend on."""
     if args.compare is not None and args.world_model is None:
         raise UserError("--compare: compares with --world-model DIR; give that too")
-    base = config_io.quick_base(registry.entry(args.algo).name, args.source)
+    base = config_io.quick_base(args.algo, args.source)
     dataset = load(args.source, task=args.task)
     found = profile_data(dataset, seed=args.seed)
     placed = rules.choices_for(found, config_io.updates_of(base),
